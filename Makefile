@@ -1,0 +1,84 @@
+# jobsite build / test / run plumbing.
+#
+#   make run     serve the embedded setup (SQLite, in-process scheduler, local backend) on 127.0.0.1:$(PORT)
+#   make test    start PostgreSQL/Redis (and install Chromium) if needed, lint, then run pytest
+#   make lint    ruff check
+#   make venv    create .venv and install requirements.txt (only when it changed)
+#   make clean   remove var/ and caches (keeps .venv)
+#
+# Variables: PORT (default 8000), PYTHON (interpreter that creates the venv), PYTEST_ARGS (extra pytest args),
+# TEST_DATABASE_URL, TEST_REDIS_URL.
+
+PORT ?= 8000
+PYTHON ?= python3
+VENV = .venv
+PYTEST_ARGS ?=
+
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/jobsite
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+
+VENV_PY = $(VENV)/bin/python
+PIP = $(VENV_PY) -m pip --disable-pip-version-check
+# Stamp files: touched after a successful install, so a later run installs only when a requirements file is newer.
+RUNTIME_STAMP = $(VENV)/.requirements.stamp
+DEV_STAMP = $(VENV)/.requirements-dev.stamp
+
+SHELL = /bin/bash
+.SHELLFLAGS = -eu -o pipefail -c
+.DEFAULT_GOAL = help
+
+.PHONY: help venv venv-dev run test lint services clean
+
+help:
+	@sed -n 's/^#   make /make /p' $(MAKEFILE_LIST)
+
+# --- virtual environment ---------------------------------------------------------------------------------
+
+$(VENV_PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(RUNTIME_STAMP): requirements.txt | $(VENV_PY)
+	$(PIP) install -r requirements.txt
+	touch $@
+
+$(DEV_STAMP): requirements.txt requirements-dev.txt | $(VENV_PY)
+	$(PIP) install -r requirements-dev.txt
+	touch $@ $(RUNTIME_STAMP)
+
+venv: $(RUNTIME_STAMP)
+
+venv-dev: $(DEV_STAMP)
+
+# --- run (embedded: SQLite under var/, no PostgreSQL or Redis) --------------------------------------------
+
+# DATABASE_URL and REDIS_URL are dropped from the environment so a leftover export cannot switch `make run`
+# away from SQLite and the in-process scheduler.
+RUN_ENV = env -u DATABASE_URL -u REDIS_URL PORT=$(PORT)
+
+run: venv
+	mkdir -p "$${JOBSITE_VAR_DIR:-var}"
+	$(RUN_ENV) $(VENV_PY) manage.py migrate --noinput
+	$(RUN_ENV) $(VENV_PY) manage.py seed_demo
+	exec $(RUN_ENV) $(VENV_PY) manage.py serve
+
+# --- lint and test ---------------------------------------------------------------------------------------
+
+lint: venv-dev
+	$(VENV)/bin/ruff check .
+
+services:
+	scripts/ensure-services.sh
+
+# Steps run in this order even under `make -j`: services, then ruff, then pytest.
+test: venv-dev
+	scripts/ensure-services.sh
+	$(VENV)/bin/ruff check .
+	DATABASE_URL='$(TEST_DATABASE_URL)' REDIS_URL='$(TEST_REDIS_URL)' \
+		$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+# --- housekeeping ----------------------------------------------------------------------------------------
+
+clean:
+	rm -rf var staticfiles test-artifacts .pytest_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -type f -name '*.pyc' -exec rm -f {} +

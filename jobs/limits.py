@@ -1,0 +1,17 @@
+"""Bounds on what a user may ask for, shared by the form, the API and the submit service."""
+
+import re
+
+NAME_MAX = 128
+COMMAND_MAX_BYTES = 64 * 1024
+ENV_MAX_VARS = 100
+ENV_VALUE_MAX_BYTES = 32 * 1024
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by jobsite for every replica; a user may not override them.
+RESERVED_ENV = frozenset(
+    {"JOB_ID", "JOB_NAME", "JOB_USER", "JOB_GROUP", "JOB_ATTEMPT", "RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"}
+)
+REPLICAS_MAX = 64
+BACKOFF_LIMIT_MAX = 100
+ACTIVE_DEADLINE_MAX = 30 * 86400
+TTL_MAX = 365 * 86400

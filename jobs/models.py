@@ -1,0 +1,238 @@
+"""Models of groups, quotas, instance types, images, jobs, attempts and events.
+
+Writes happen in ``jobs.services`` only; reads that need permission filtering live in ``jobs.selectors``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+
+from .choices import QUEUED_PHASES, RESOURCE_PHASES, EventType, JobType, Phase, Priority, Resource, Role
+from .state_machine import color_for, color_name
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Use lowercase letters, digits and '-', starting and ending alphanumeric."
+)
+
+
+class Group(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    display_name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    queue_stopped = models.BooleanField(
+        default=False, help_text="While stopped, the group's pending jobs are inadmissible and nothing is admitted."
+    )
+    volume_path = models.CharField(max_length=500, blank=True, help_text="Group volume mounted into every job.")
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="job_groups")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "user"], name="membership_unique_group_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.group} ({self.role})"
+
+
+class GroupQuota(models.Model):
+    """Per group and resource: the guaranteed quota, an optional borrowing limit and the per-user quota.
+
+    An empty quota means unlimited for that resource; an empty limit means the limit is the quota.
+    """
+
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="quotas")
+    resource = models.CharField(max_length=10, choices=Resource.choices)
+    quota = models.PositiveBigIntegerField(null=True, blank=True, help_text="Guaranteed to the group.")
+    limit = models.PositiveBigIntegerField(null=True, blank=True, help_text="Borrowing ceiling, at least the quota.")
+    user_quota = models.PositiveBigIntegerField(null=True, blank=True, help_text="Most one user may hold.")
+
+    class Meta:
+        ordering = ["group", "resource"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "resource"], name="groupquota_unique_group_resource"),
+            models.CheckConstraint(
+                condition=Q(limit__isnull=True) | Q(quota__isnull=True) | Q(limit__gte=models.F("quota")),
+                name="groupquota_limit_gte_quota",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} {self.resource}"
+
+
+class InstanceType(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    display_name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    gpu = models.PositiveIntegerField(default=0)
+    cpu_millicores = models.PositiveIntegerField(default=1000)
+    memory_bytes = models.PositiveBigIntegerField(default=1 << 30)
+    node_selector = models.JSONField(default=dict, blank=True)
+    tolerations = models.JSONField(default=list, blank=True)
+    groups = models.ManyToManyField(Group, blank=True, related_name="instance_types")
+
+    class Meta:
+        ordering = ["gpu", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def request(self) -> dict[str, int]:
+        return {Resource.GPU: self.gpu, Resource.CPU: self.cpu_millicores, Resource.MEMORY: self.memory_bytes}
+
+
+class Image(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    url = models.CharField(max_length=500, help_text="Image reference, e.g. registry/repo:tag.")
+    description = models.TextField(blank=True)
+    groups = models.ManyToManyField(Group, blank=True, related_name="images")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    # spec
+    name = models.CharField(max_length=128)
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="jobs")
+    image_url = models.CharField(max_length=500)
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="jobs")
+    # per-replica request, copied from the instance type at submission
+    gpu = models.PositiveIntegerField(default=0)
+    cpu_millicores = models.PositiveIntegerField(default=0)
+    memory_bytes = models.PositiveBigIntegerField(default=0)
+    command = models.TextField()
+    env = models.JSONField(default=dict, blank=True)
+    replicas = models.PositiveSmallIntegerField(default=1)
+    job_type = models.CharField(max_length=12, choices=JobType.choices, default=JobType.TRAINING)
+    priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    preemptible = models.BooleanField(default=False)
+    backoff_limit = models.PositiveSmallIntegerField(default=6)
+    active_deadline_seconds = models.PositiveIntegerField(default=86400)
+    ttl_seconds_after_finished = models.PositiveIntegerField(default=7 * 86400)
+    # state (written by jobs.services.job_transition only)
+    phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.SUBMITTED)
+    status = models.CharField(max_length=40, default="Submitted")
+    reason = models.CharField(max_length=60, blank=True)
+    message = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    termination_target = models.CharField(max_length=12, choices=Phase.choices, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    current_attempt = models.ForeignKey(
+        "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # times
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    queued_at = models.DateTimeField(help_text="FIFO key: submission time, kept across requeues.")
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    terminating_since = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cleaned_at = models.DateTimeField(null=True, blank=True, help_text="Working directories/pods deleted (TTL).")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["group", "-id"], name="job_group_newest"),
+            models.Index(fields=["user", "-id"], name="job_user_newest"),
+            models.Index(fields=["phase", "-id"], name="job_phase_newest"),
+            models.Index(fields=["group", "phase", "-id"], name="job_group_phase_newest"),
+            models.Index(
+                fields=["group", "-priority", "queued_at", "id"],
+                condition=Q(phase__in=sorted(QUEUED_PHASES)),
+                name="job_queue_order",
+            ),
+            models.Index(
+                fields=["group", "user"], condition=Q(phase__in=sorted(RESOURCE_PHASES)), name="job_holding"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def color(self) -> str:
+        return color_for(self.phase, self.status)
+
+    @property
+    def color_name(self) -> str:
+        return color_name(self.phase, self.status)
+
+    @property
+    def request(self) -> dict[str, int]:
+        """Per-replica request."""
+        return {Resource.GPU: self.gpu, Resource.CPU: self.cpu_millicores, Resource.MEMORY: self.memory_bytes}
+
+    @property
+    def total_request(self) -> dict[str, int]:
+        return {k: v * self.replicas for k, v in self.request.items()}
+
+
+class Attempt(models.Model):
+    """One try of a job: a launch of all its replicas. Retries, requeues and restarts each make a new one."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    replicas = models.PositiveSmallIntegerField()
+    gpu = models.PositiveIntegerField(default=0, help_text="GPUs per replica.")
+    backend = models.CharField(max_length=20)
+    node = models.CharField(max_length=200, blank=True)
+    placement = models.JSONField(
+        default=dict, blank=True, help_text="Where each replica runs: {rank: {node, devices}}."
+    )
+    backend_data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    launched_at = models.DateTimeField(null=True, blank=True, help_text="Handed to the backend (claimed once).")
+    started_at = models.DateTimeField(null=True, blank=True, help_text="Entered PREPARING.")
+    running_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="Left TERMINATING or ended.")
+    exit_code = models.IntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=60, blank=True)
+    gpu_seconds = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="attempt_unique_job_number")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.number}"
+
+
+class JobEvent(models.Model):
+    """Append-only: what happened to a job, the job's `describe`."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    time = models.DateTimeField(auto_now_add=True)
+    type = models.CharField(max_length=8, choices=EventType.choices, default=EventType.NORMAL)
+    reason = models.CharField(max_length=60)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "id"]
+        indexes = [models.Index(fields=["job", "id"], name="event_job_order")]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.type} {self.reason}"

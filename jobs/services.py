@@ -1,0 +1,386 @@
+"""Every write of the jobs app. Views, API views and the scheduler call these; nothing else changes a job.
+
+``job_transition`` is the one place a job's phase/status changes: it checks the state machine, writes an
+event, closes the attempt when resources are released, and queues side effects for after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from . import limits
+from .choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, JobType, Phase, Priority, Resource
+from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership
+from .state_machine import check_transition
+
+log = logging.getLogger(__name__)
+
+UNSET: Any = object()
+
+DEFAULT_STATUS = {
+    Phase.SUBMITTED: "Submitted",
+    Phase.INADMISSIBLE: "Inadmissible",
+    Phase.PENDING: "Pending",
+    Phase.BACKOFF: "Error",
+    Phase.PREPARING: "ContainerCreating",
+    Phase.RUNNING: "Running",
+    Phase.TERMINATING: "Terminating",
+    Phase.SUCCEEDED: "Succeeded",
+    Phase.FAILED: "Fail",
+    Phase.CANCELLED: "Cancelled",
+    Phase.TIMED_OUT: "TimedOut",
+    Phase.PREEMPTED: "Preempted",
+    Phase.UNKNOWN: "Unknown",
+}
+
+
+def _on_commit_effects(job_id: int, old_phase: str, new_phase: str) -> None:
+    from scheduler.triggers import request_pass
+
+    released = old_phase in RESOURCE_PHASES and new_phase not in RESOURCE_PHASES
+    queued = new_phase in QUEUED_PHASES and old_phase not in QUEUED_PHASES
+    if released or queued:
+        request_pass()
+
+
+def event_record(
+    *, job: Job, reason: str, message: str = "", type: str = EventType.NORMAL, attempt: Attempt | None = None
+) -> JobEvent:
+    return JobEvent.objects.create(job=job, attempt=attempt or job.current_attempt, type=type, reason=reason,
+                                   message=message)
+
+
+@transaction.atomic
+def job_transition(
+    *,
+    job: Job,
+    phase: str,
+    status: str | None = None,
+    reason: str = "",
+    message: str = "",
+    event_type: str | None = None,
+    event_reason: str | None = None,
+    exit_code: int | None = UNSET,
+    queue_position: int | None = None,
+    now: datetime | None = None,
+    **fields: Any,
+) -> Job:
+    """Move ``job`` to ``phase`` (locking its row), record an event and queue after-commit effects.
+
+    Raises ``InvalidTransition`` if the state machine forbids it. A call that changes neither phase, status nor
+    reason only refreshes message/position and writes no event.
+    """
+    now = now or timezone.now()
+    current = Job.objects.select_for_update(of=("self",)).select_related("current_attempt").get(pk=job.pk)
+    check_transition(current.phase, phase)
+    status = status or DEFAULT_STATUS[Phase(phase)]
+    changed = (current.phase, current.status, current.reason) != (phase, status, reason)
+    old_phase = current.phase
+
+    current.phase = phase
+    current.status = status
+    current.reason = reason
+    current.message = message
+    current.queue_position = queue_position if phase == Phase.PENDING else None
+    if exit_code is not UNSET:
+        current.exit_code = exit_code
+    for name, value in fields.items():
+        setattr(current, name, value)
+    if phase == Phase.RUNNING and current.started_at is None:
+        current.started_at = now
+    if phase == Phase.TERMINATING and old_phase != Phase.TERMINATING:
+        current.terminating_since = now
+    if phase != Phase.TERMINATING:
+        current.terminating_since = None
+        current.termination_target = ""
+    if phase in TERMINAL_PHASES:
+        current.finished_at = now
+    elif old_phase in TERMINAL_PHASES:
+        current.finished_at = None
+
+    attempt = current.current_attempt
+    if attempt and old_phase in RESOURCE_PHASES and phase not in RESOURCE_PHASES and attempt.ended_at is None:
+        attempt.ended_at = now
+        attempt.outcome = reason or status
+        if exit_code is not UNSET:
+            attempt.exit_code = exit_code
+        if attempt.started_at:
+            attempt.gpu_seconds = attempt.gpu * attempt.replicas * (now - attempt.started_at).total_seconds()
+        attempt.save(update_fields=["ended_at", "outcome", "exit_code", "gpu_seconds"])
+    if attempt and phase == Phase.RUNNING and attempt.running_at is None:
+        attempt.running_at = now
+        attempt.save(update_fields=["running_at"])
+
+    current.save()
+    if changed:
+        warning = status in {"Error", "Fail"} or phase in {Phase.FAILED, Phase.INADMISSIBLE, Phase.UNKNOWN}
+        event_record(
+            job=current,
+            attempt=attempt,
+            type=event_type or (EventType.WARNING if warning else EventType.NORMAL),
+            reason=event_reason or reason or status,
+            message=message,
+        )
+    transaction.on_commit(lambda: _on_commit_effects(current.pk, old_phase, phase))
+    job.__dict__.update({k: v for k, v in current.__dict__.items() if not k.startswith("_")})
+    return current
+
+
+# --- submission ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    group: Group
+    image: Image
+    instance_type: InstanceType
+    command: str
+    env: dict[str, str]
+    replicas: int
+    job_type: str
+    priority: int
+    preemptible: bool
+    backoff_limit: int
+    active_deadline_seconds: int
+    ttl_seconds_after_finished: int
+
+
+def _quota_problem(group: Group, instance_type: InstanceType, replicas: int) -> str | None:
+    from scheduler.core import fmt_amount
+
+    request = instance_type.request
+    for q in GroupQuota.objects.filter(group=group):
+        total = request[q.resource] * replicas
+        label = Resource(q.resource).label
+        if q.user_quota is not None and total > q.user_quota:
+            return (f"asks {fmt_amount(q.resource, total)}, more than the user {label} quota "
+                    f"{fmt_amount(q.resource, q.user_quota)} in {group.name}")
+        if q.quota is not None and total > q.quota:
+            return (f"asks {fmt_amount(q.resource, total)}, more than the group {label} quota "
+                    f"{fmt_amount(q.resource, q.quota)} of {group.name}")
+    return None
+
+
+def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpec:
+    """Check a submission against the user's groups, the group's images and instance types, and its quotas.
+
+    ``data`` holds already type-checked values (from the form or the API serializer), with names for group,
+    image and instance_type. Raises ``ValidationError`` with a message per field.
+    """
+    errors: dict[str, str] = {}
+    group = image = instance_type = None
+
+    group_name = data.get("group") or ""
+    group = Group.objects.filter(name=group_name).first()
+    if group is None:
+        errors["group"] = f"Unknown group '{group_name}'."
+    elif not (user.is_superuser or Membership.objects.filter(group=group, user=user).exists()):
+        errors["group"] = f"You are not a member of group '{group_name}'."
+        group = None
+
+    image_name = data.get("image") or ""
+    image = Image.objects.filter(name=image_name).first()
+    if image is None:
+        errors["image"] = f"Unknown image '{image_name}'."
+    elif group and not image.groups.filter(pk=group.pk).exists():
+        errors["image"] = f"Image '{image_name}' is not allowed in group '{group.name}'."
+
+    it_name = data.get("instance_type") or ""
+    instance_type = InstanceType.objects.filter(name=it_name).first()
+    if instance_type is None:
+        errors["instance_type"] = f"Unknown instance type '{it_name}'."
+    elif group and not instance_type.groups.filter(pk=group.pk).exists():
+        errors["instance_type"] = f"Instance type '{it_name}' is not allowed in group '{group.name}'."
+
+    command = data.get("command") or ""
+    if not command.strip():
+        errors["command"] = "Enter a command."
+    elif len(command.encode()) > limits.COMMAND_MAX_BYTES:
+        errors["command"] = f"The command is longer than {limits.COMMAND_MAX_BYTES // 1024} KiB."
+    elif "\x00" in command:
+        errors["command"] = "The command contains a NUL character."
+
+    env = data.get("env") or {}
+    env_error = _env_problem(env)
+    if env_error:
+        errors["env"] = env_error
+
+    name = (data.get("name") or "").strip()
+    if len(name) > limits.NAME_MAX:
+        errors["name"] = f"Use at most {limits.NAME_MAX} characters."
+    elif any(ord(c) < 32 for c in name):
+        errors["name"] = "The name contains control characters."
+
+    replicas = data.get("replicas") or 1
+    if not 1 <= replicas <= limits.REPLICAS_MAX:
+        errors["replicas"] = f"Use 1 to {limits.REPLICAS_MAX} replicas."
+
+    if group and instance_type and "instance_type" not in errors and "replicas" not in errors:
+        problem = _quota_problem(group, instance_type, replicas)
+        if problem:
+            errors["replicas" if replicas > 1 else "instance_type"] = f"This job can never run: it {problem}."
+
+    if errors:
+        raise ValidationError({k: [v] for k, v in errors.items()})
+
+    job_type = data.get("job_type") or JobType.TRAINING
+    return JobSpec(
+        name=name or _default_name(command),
+        group=group,
+        image=image,
+        instance_type=instance_type,
+        command=command,
+        env={str(k): str(v) for k, v in env.items()},
+        replicas=replicas,
+        job_type=job_type,
+        priority=data.get("priority", Priority.NORMAL) if data.get("priority") is not None else Priority.NORMAL,
+        preemptible=bool(data.get("preemptible", False)),
+        backoff_limit=_or_default(data.get("backoff_limit"), settings.JOBSITE_DEFAULT_BACKOFF_LIMIT),
+        active_deadline_seconds=_or_default(
+            data.get("active_deadline_seconds"), settings.JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS
+        ),
+        ttl_seconds_after_finished=_or_default(
+            data.get("ttl_seconds_after_finished"), settings.JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED
+        ),
+    )
+
+
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _default_name(command: str) -> str:
+    first = command.strip().split()[0] if command.strip() else "job"
+    return first.rsplit("/", 1)[-1][:40] or "job"
+
+
+def _env_problem(env: Any) -> str | None:
+    if not isinstance(env, dict):
+        return "Give environment variables as an object of NAME: value."
+    if len(env) > limits.ENV_MAX_VARS:
+        return f"Use at most {limits.ENV_MAX_VARS} environment variables."
+    for key, value in env.items():
+        if not isinstance(key, str) or not limits.ENV_NAME_RE.match(key):
+            return f"'{key}' is not a valid variable name (letters, digits and _, not starting with a digit)."
+        if key in limits.RESERVED_ENV:
+            return f"'{key}' is set by jobsite and cannot be overridden."
+        if not isinstance(value, str | int | float | bool):
+            return f"The value of '{key}' must be a string."
+        if len(str(value).encode()) > limits.ENV_VALUE_MAX_BYTES:
+            return f"The value of '{key}' is longer than {limits.ENV_VALUE_MAX_BYTES // 1024} KiB."
+        if "\x00" in str(value):
+            return f"The value of '{key}' contains a NUL character."
+    return None
+
+
+@transaction.atomic
+def job_submit(*, user: AbstractBaseUser, spec: JobSpec) -> Job:
+    now = timezone.now()
+    it = spec.instance_type
+    job = Job.objects.create(
+        name=spec.name,
+        group=spec.group,
+        user=user,
+        image=spec.image,
+        image_url=spec.image.url,
+        instance_type=it,
+        gpu=it.gpu,
+        cpu_millicores=it.cpu_millicores,
+        memory_bytes=it.memory_bytes,
+        command=spec.command,
+        env=spec.env,
+        replicas=spec.replicas,
+        job_type=spec.job_type,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        backoff_limit=spec.backoff_limit,
+        active_deadline_seconds=spec.active_deadline_seconds,
+        ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
+        phase=Phase.SUBMITTED,
+        status="Submitted",
+        queued_at=now,
+    )
+    event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
+    from scheduler.triggers import request_pass
+
+    transaction.on_commit(request_pass)
+    return job
+
+
+# --- user actions -------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def job_cancel(*, job: Job, by: AbstractBaseUser) -> Job:
+    """Cancel from any non-terminal phase: queued jobs end at once, running ones go through TERMINATING."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    who = by.get_username()
+    if job.phase in TERMINAL_PHASES:
+        raise ValidationError(f"Job #{job.pk} has already ended ({job.get_phase_display()}).")
+    if job.phase in RESOURCE_PHASES and job.phase != Phase.TERMINATING:
+        return job_terminate(job=job, target=Phase.CANCELLED, reason="CancelledByUser",
+                             message=f"Cancelled by {who}")
+    if job.phase == Phase.TERMINATING:
+        return job
+    return job_transition(job=job, phase=Phase.CANCELLED, reason="CancelledByUser", message=f"Cancelled by {who}")
+
+
+def job_terminate(*, job: Job, target: str, reason: str, message: str, now: datetime | None = None) -> Job:
+    """Start stopping a job's processes/pods; it ends in ``target`` once the backend reports them gone."""
+    from scheduler.triggers import stop_attempt
+
+    job = job_transition(job=job, phase=Phase.TERMINATING, reason=reason, message=message,
+                         termination_target=target, now=now)
+    attempt_id = job.current_attempt_id
+    transaction.on_commit(lambda: stop_attempt(attempt_id))
+    return job
+
+
+# --- scheduler-facing ---------------------------------------------------------------------------------------
+
+
+def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], now: datetime | None = None) -> Attempt:
+    """Admit a queued job: a new attempt in PREPARING holding its resources. Launching happens after commit."""
+    now = now or timezone.now()
+    number = (job.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    attempt = Attempt.objects.create(
+        job=job,
+        number=number,
+        replicas=job.replicas,
+        gpu=job.gpu,
+        backend=backend,
+        node=",".join(sorted({p["node"] for p in placement})),
+        placement={str(rank): p for rank, p in enumerate(placement)},
+        started_at=now,
+    )
+    job_transition(job=job, phase=Phase.PREPARING, reason="Admitted", event_reason="Admitted",
+                   message=f"Attempt {number} admitted" + (f" on {attempt.node}" if attempt.node else ""),
+                   current_attempt=attempt, admitted_at=now, exit_code=None, now=now)
+    return attempt
+
+
+def job_retry_or_fail(*, job: Job, exit_code: int | None, reason: str, message: str,
+                      now: datetime | None = None) -> Job:
+    """An attempt failed: back off and retry while the backoff limit allows, else FAILED."""
+    now = now or timezone.now()
+    # Earlier attempts that failed by their own exit, plus this one (whose outcome is written below).
+    failures = job.attempts.filter(outcome="Error").exclude(pk=job.current_attempt_id).count() + 1
+    if job.job_type == JobType.TRAINING and failures <= job.backoff_limit and reason == "Error":
+        delay = min(10 * 2 ** (failures - 1), 360)
+        return job_transition(
+            job=job, phase=Phase.BACKOFF, status="Error", reason=reason, exit_code=exit_code, now=now,
+            message=f"{message}; retry {failures}/{job.backoff_limit} in {delay} s",
+            retry_at=now + timedelta(seconds=delay),
+        )
+    return job_transition(job=job, phase=Phase.FAILED, status="Fail", reason=reason, message=message,
+                          exit_code=exit_code, now=now)

@@ -1,0 +1,155 @@
+"""jobsite settings, read from environment variables (twelve-factor).
+
+The embedded default needs none of them: SQLite under var/, the in-memory channel layer, the local backend and
+the scheduler running inside the web process. Production sets DATABASE_URL, REDIS_URL, SECRET_KEY and so on.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(environ.Env().str("JOBSITE_VAR_DIR", default=str(BASE_DIR / "var")))
+
+env = environ.Env(
+    DEBUG=(bool, False),
+    ALLOWED_HOSTS=(list, ["127.0.0.1", "localhost", "[::1]", "testserver"]),
+    JOBSITE_BACKEND=(str, "local"),
+)
+
+SECRET_KEY = env.str("SECRET_KEY", default="embedded-default-not-for-production")
+DEBUG = env("DEBUG")
+ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+PORT = env.int("PORT", default=8000)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "django_htmx",
+    "jobs",
+    "scheduler",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "jobsite.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "jobsite.wsgi.application"
+ASGI_APPLICATION = "jobsite.asgi.application"
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'jobsite.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded default runs the web server and the scheduler in one process: WAL lets readers go on while
+    # one writer commits, and IMMEDIATE transactions take the write lock up front instead of failing on upgrade.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "jobs:list"
+LOGOUT_REDIRECT_URL = "login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "jobs.api.pagination.JobPagination",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "PAGE_SIZE": 50,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+REDIS_URL = env.str("REDIS_URL", default="")
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+
+# --- jobsite -----------------------------------------------------------------------------------------------
+JOBSITE_BACKEND = env("JOBSITE_BACKEND")
+# "inprocess": the scheduler loop runs in a thread of the web process (embedded default);
+# "celery": passes are Celery tasks and the loop is `manage.py runscheduler` (production).
+JOBSITE_SCHEDULER_MODE = env.str("JOBSITE_SCHEDULER_MODE", default="celery" if REDIS_URL else "inprocess")
+JOBSITE_SCHEDULER_INTERVAL = env.float("JOBSITE_SCHEDULER_INTERVAL", default=1.0)
+JOBSITE_LOCAL_ROOT = Path(env.str("JOBSITE_LOCAL_ROOT", default=str(VAR_DIR / "local")))
+# Virtual GPUs of the local node when nvidia-smi finds none (so the demo can run GPU jobs).
+JOBSITE_LOCAL_GPUS = env.int("JOBSITE_LOCAL_GPUS", default=8)
+JOBSITE_LOCAL_USE_NVIDIA_SMI = env.bool("JOBSITE_LOCAL_USE_NVIDIA_SMI", default=True)
+JOBSITE_LOCAL_NODE = env.str("JOBSITE_LOCAL_NODE", default="local")
+# Seconds between SIGTERM and SIGKILL when a job is cancelled.
+JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
+JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)
+JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED = env.int("JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED", default=7 * 86400)
+JOBSITE_DEFAULT_BACKOFF_LIMIT = env.int("JOBSITE_DEFAULT_BACKOFF_LIMIT", default=6)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+# Seconds a replica may stay unreachable before its attempt fails as NodeLost and the job is retried.
+JOBSITE_NODE_LOST_GRACE_SECONDS = env.int("JOBSITE_NODE_LOST_GRACE_SECONDS", default=300)

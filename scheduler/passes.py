@@ -1,0 +1,206 @@
+"""One scheduling pass: snapshot → decide (pure, scheduler.core) → apply under row locks → launch after commit.
+
+Two passes never over-commit: apply holds the row locks of every group while it reads usage and admits, so a
+second pass waits and then sees the first one's admissions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from jobs import services
+from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
+from jobs.models import Attempt, Group, GroupQuota, Job
+from jobs.state_machine import InvalidTransition
+
+from .backends import get_backend
+from .backends.base import Backend, LaunchError, LaunchReplica, LaunchSpec
+from .core import GroupState, Node, Outcome, QueuedJob, QuotaLimits, Verdict, decide
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    admitted: list[int] = field(default_factory=list)
+    waiting: int = 0
+    inadmissible: int = 0
+
+
+def snapshot(backend: Backend) -> tuple[dict[int, GroupState], list[QueuedJob], list[Node]]:
+    """Read everything the decision needs in a handful of queries."""
+    groups = {g.id: GroupState(id=g.id, name=g.name, queue_stopped=g.queue_stopped) for g in Group.objects.all()}
+    for q in GroupQuota.objects.all():
+        groups[q.group_id].quotas[q.resource] = QuotaLimits(q.quota, q.limit, q.user_quota)
+    usage = (
+        Job.objects.filter(phase__in=RESOURCE_PHASES)
+        .values("group_id", "user_id")
+        .annotate(
+            gpu=Sum(F("gpu") * F("replicas")),
+            cpu=Sum(F("cpu_millicores") * F("replicas")),
+            memory=Sum(F("memory_bytes") * F("replicas")),
+        )
+    )
+    for row in usage:
+        g = groups[row["group_id"]]
+        per_user = g.user_usage.setdefault(row["user_id"], {})
+        for r in ("gpu", "cpu", "memory"):
+            g.usage[r] = g.usage.get(r, 0) + (row[r] or 0)
+            per_user[r] = per_user.get(r, 0) + (row[r] or 0)
+
+    queued = [
+        QueuedJob(
+            id=j["id"], name=j["name"], group_id=j["group_id"], user_id=j["user_id"], priority=j["priority"],
+            queued_at=j["queued_at"], replicas=j["replicas"],
+            request={"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]},
+        )
+        for j in Job.objects.filter(phase__in=QUEUED_PHASES).values(
+            "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
+            "memory_bytes",
+        )
+    ]
+    return groups, queued, nodes_with_free(backend)
+
+
+def nodes_with_free(backend: Backend) -> list[Node]:
+    """The backend's nodes, minus what the attempts holding resources have placed on them."""
+    nodes = backend.nodes()
+    by_name = {n.name: n for n in nodes}
+    busy_ids: dict[str, set[int]] = defaultdict(set)
+    holding = Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"),
+                                     backend=backend.name)
+    for a in holding.select_related("job").only("placement", "job__cpu_millicores", "job__memory_bytes", "gpu"):
+        for p in a.placement.values():
+            node = by_name.get(p["node"])
+            if node is None:
+                continue
+            request = {"gpu": a.gpu, "cpu": a.job.cpu_millicores, "memory": a.job.memory_bytes}
+            for r in node.free:
+                node.free[r] -= request.get(r, 0)
+            busy_ids[node.name].update(p.get("gpu_ids", []))
+    for n in nodes:
+        if "gpu" in n.allocatable:
+            n.free_gpu_ids = [i for i in range(n.allocatable["gpu"]) if i not in busy_ids[n.name]]
+    return nodes
+
+
+def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None) -> PassResult:
+    backend = backend or get_backend()
+    result = PassResult()
+    with transaction.atomic():
+        # The scheduling lock: every group row, in a stable order.
+        list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
+        groups, queued, nodes = snapshot(backend)
+        outcomes = decide(groups, queued, nodes)
+        phases = dict(Job.objects.filter(id__in=[o.job_id for o in outcomes]).values_list("id", "phase"))
+        for outcome in outcomes:
+            try:
+                if _apply(outcome, phases.get(outcome.job_id), backend, now):
+                    result.admitted.append(outcome.job_id)
+            except InvalidTransition:  # cancelled meanwhile: its row lock showed the new phase
+                continue
+            if outcome.verdict == Verdict.WAIT:
+                result.waiting += 1
+            elif outcome.verdict == Verdict.INADMISSIBLE:
+                result.inadmissible += 1
+        admitted = list(result.admitted)
+        transaction.on_commit(lambda: launch_jobs(admitted, backend=backend))
+    return result
+
+
+def _apply(outcome: Outcome, phase: str | None, backend: Backend, now: datetime | None) -> bool:
+    job = Job(pk=outcome.job_id, phase=phase)
+    if outcome.verdict == Verdict.ADMIT:
+        if phase == Phase.SUBMITTED:
+            services.job_transition(job=job, phase=Phase.PENDING, reason="Queued", message="", now=now)
+        placement = [{"node": p.node, "gpu_ids": list(p.gpu_ids)} for p in outcome.placement] or [
+            {"node": ""} for _ in range(Job.objects.values_list("replicas", flat=True).get(pk=job.pk))
+        ]
+        services.job_admit(job=Job.objects.get(pk=job.pk), backend=backend.name, placement=placement, now=now)
+        return True
+    target = Phase.PENDING if outcome.verdict == Verdict.WAIT else Phase.INADMISSIBLE
+    current = Job.objects.filter(pk=job.pk).values("phase", "reason", "message", "queue_position").first()
+    if current and (current["phase"], current["reason"], current["message"], current["queue_position"]) == (
+        target, str(outcome.reason), outcome.message, outcome.position
+    ):
+        return False  # nothing new to tell
+    services.job_transition(job=job, phase=target, status=target.label if target == Phase.INADMISSIBLE else None,
+                            reason=str(outcome.reason), message=outcome.message, queue_position=outcome.position,
+                            now=now)
+    return False
+
+
+def launch_jobs(job_ids: list[int], *, backend: Backend) -> None:
+    for job_id in job_ids:
+        try:
+            attempt_launch(job_id, backend=backend)
+        except Exception:
+            log.exception("launching job %s failed", job_id)
+
+
+def attempt_launch(job_id: int, *, backend: Backend) -> None:
+    """Start the processes/pods of a job's current attempt. Runs after the admission has committed."""
+    job = Job.objects.select_related("current_attempt", "group", "user").get(pk=job_id)
+    attempt = job.current_attempt
+    if job.phase != Phase.PREPARING or attempt is None:
+        return
+    # Claim the launch: exactly one caller (the pass's after-commit hook or a later sync) starts it.
+    if not Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(launched_at=timezone.now()):
+        return
+    spec = LaunchSpec(
+        job_id=job.pk,
+        attempt_id=attempt.pk,
+        attempt_number=attempt.number,
+        command=job.command,
+        image=job.image_url,
+        replicas=[
+            LaunchReplica(
+                rank=rank,
+                node=attempt.placement.get(str(rank), {}).get("node", ""),
+                gpu_ids=tuple(attempt.placement.get(str(rank), {}).get("gpu_ids", [])),
+                env=replica_env(job, attempt.number, rank),
+            )
+            for rank in range(attempt.replicas)
+        ],
+    )
+    try:
+        data = backend.launch(spec)
+    except LaunchError as exc:
+        with transaction.atomic():
+            services.job_transition(job=job, phase=Phase.FAILED, status="Fail", reason="ContainerCannotRun",
+                                    message=str(exc))
+        return
+    Attempt.objects.filter(pk=attempt.pk).update(backend_data=data or {})
+    with transaction.atomic():
+        services.event_record(job=job, attempt=attempt, reason="Started",
+                              message=f"Started {attempt.replicas} replica(s)"
+                              + (f" on {attempt.node}" if attempt.node else ""))
+
+
+def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:
+    gpu_ids = (job.current_attempt.placement.get(str(rank), {}) if job.current_attempt else {}).get("gpu_ids", [])
+    return {
+        **{k: str(v) for k, v in job.env.items()},
+        "JOB_ID": str(job.pk),
+        "JOB_NAME": job.name,
+        "JOB_USER": job.user.get_username(),
+        "JOB_GROUP": job.group.name,
+        "JOB_ATTEMPT": str(attempt_number),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(job.replicas),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
+    }
+
+
+def attempt_stop(attempt_id: int, *, force: bool = False) -> None:
+    attempt = Attempt.objects.get(pk=attempt_id)
+    get_backend(attempt.backend).stop(job_id=attempt.job_id, attempt_number=attempt.number,
+                                      replicas=attempt.replicas, force=force)
+

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Make sure the services the test suite needs are up:
+#   - PostgreSQL on $PG_HOST:$PG_PORT (trust auth for $PG_USER) with database $PG_DB,
+#   - Redis on $REDIS_HOST:$REDIS_PORT,
+#   - Chromium at $CHROMIUM_BIN (installed from Debian with apt-get when missing).
+# Anything already running is left alone, so the script is idempotent and quick when all is up.
+# It exits non-zero with a message as soon as something cannot be started.
+set -euo pipefail
+
+PG_HOST="${PG_HOST:-127.0.0.1}"
+PG_PORT="${PG_PORT:-5432}"
+PG_USER="${PG_USER:-postgres}"
+PG_DB="${PG_DB:-jobsite}"
+REDIS_HOST="${REDIS_HOST:-127.0.0.1}"
+REDIS_PORT="${REDIS_PORT:-6379}"
+CHROMIUM_BIN="${CHROMIUM_BIN:-/usr/bin/chromium}"
+WAIT_SECONDS="${WAIT_SECONDS:-30}"
+
+log() { printf 'ensure-services: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# wait_for DESCRIPTION COMMAND...: retry COMMAND every half second for up to $WAIT_SECONDS.
+wait_for() {
+    local what="$1"; shift
+    local tries=$((WAIT_SECONDS * 2))
+    while ((tries-- > 0)); do
+        if "$@" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    die "$what did not come up within ${WAIT_SECONDS}s"
+}
+
+need() {
+    command -v "$1" >/dev/null 2>&1 || die "'$1' not found; $2"
+}
+
+# --- PostgreSQL ------------------------------------------------------------------------------------------
+pg_ready() { pg_isready -q -h "$PG_HOST" -p "$PG_PORT"; }
+pg_query() { psql -X -q -t -A -v ON_ERROR_STOP=1 -h "$PG_HOST" -p "$PG_PORT" -U "$PG_USER" -d postgres -c "$1"; }
+
+ensure_postgres() {
+    need pg_isready "install the postgresql-client package"
+    need psql "install the postgresql-client package"
+    if pg_ready; then
+        log "PostgreSQL is up on $PG_HOST:$PG_PORT"
+    else
+        need pg_ctlcluster "install the postgresql package"
+        local version
+        # The newest installed cluster version (normally just one, e.g. 15).
+        version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
+        [[ -n "$version" ]] || die "no PostgreSQL cluster under /etc/postgresql"
+        log "starting PostgreSQL $version/main"
+        if ! pg_ctlcluster --skip-systemctl-redirect "$version" main start; then
+            tail -n 20 "/var/log/postgresql/postgresql-$version-main.log" >&2 2>/dev/null || true
+            die "pg_ctlcluster could not start PostgreSQL $version/main (or it runs but not on $PG_HOST:$PG_PORT)"
+        fi
+        wait_for "PostgreSQL on $PG_HOST:$PG_PORT" pg_ready
+        log "PostgreSQL started"
+    fi
+
+    pg_query "SELECT 1" >/dev/null || die "cannot connect to PostgreSQL as '$PG_USER' on $PG_HOST:$PG_PORT"
+    if [[ "$(pg_query "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" != "1" ]]; then
+        log "creating database $PG_DB"
+        pg_query "CREATE DATABASE \"$PG_DB\"" || die "cannot create database $PG_DB"
+    fi
+}
+
+# --- Redis -----------------------------------------------------------------------------------------------
+redis_ready() { [[ "$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping 2>/dev/null)" == "PONG" ]]; }
+
+ensure_redis() {
+    need redis-cli "install the redis-tools package"
+    if redis_ready; then
+        log "Redis is up on $REDIS_HOST:$REDIS_PORT"
+        return 0
+    fi
+    need redis-server "install the redis-server package"
+    log "starting Redis on $REDIS_HOST:$REDIS_PORT"
+    redis-server --daemonize yes --bind "$REDIS_HOST" --port "$REDIS_PORT" --save "" --appendonly no \
+        || die "redis-server could not start"
+    wait_for "Redis on $REDIS_HOST:$REDIS_PORT" redis_ready
+    log "Redis started"
+}
+
+# --- Chromium --------------------------------------------------------------------------------------------
+ensure_chromium() {
+    if [[ ! -x "$CHROMIUM_BIN" ]]; then
+        [[ "$CHROMIUM_BIN" == /usr/bin/chromium ]] || die "$CHROMIUM_BIN not found"
+        [[ "$(id -u)" -eq 0 ]] || die "$CHROMIUM_BIN is missing; install it as root: apt-get install -y chromium"
+        log "installing chromium with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q || die "apt-get update failed"
+        apt-get install -y -q chromium || die "apt-get install chromium failed"
+        [[ -x "$CHROMIUM_BIN" ]] || die "chromium installed but $CHROMIUM_BIN is missing"
+    fi
+    local version
+    version="$("$CHROMIUM_BIN" --version 2>/dev/null)" || die "$CHROMIUM_BIN does not run"
+    log "Chromium is available: $version"
+}
+
+ensure_postgres
+ensure_redis
+ensure_chromium

@@ -1,0 +1,96 @@
+"""Shared fixtures: the demo world (groups, quotas, instance types, users) and a job factory."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.choices import Resource, Role
+from jobs.models import Group, GroupQuota, Image, InstanceType, Job, Membership
+from jobs.services import job_spec_validate, job_submit
+
+GIB = 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def _jobsite_settings(settings, tmp_path):
+    settings.JOBSITE_SCHEDULER_MODE = "inprocess"
+    settings.JOBSITE_LOCAL_ROOT = tmp_path / "local"
+    settings.JOBSITE_LOCAL_USE_NVIDIA_SMI = False
+    settings.JOBSITE_LOCAL_GPUS = 8
+    from scheduler.backends import get_backend
+
+    get_backend.cache_clear()
+    yield
+    get_backend.cache_clear()
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    counter = itertools.count()
+
+    def make(username: str | None = None, **kw):
+        username = username or f"user{next(counter)}"
+        return django_user_model.objects.create_user(username=username, password="pw-" + username, **kw)
+
+    return make
+
+
+@pytest.fixture
+def world(db, make_user):
+    """The PrimeHub example world: phusers (group 4 GPU, user 4 GPU) with bob, pan, lin; research with lin."""
+    users = {name: make_user(name) for name in ["bob", "pan", "lin", "eve"]}
+    users["admin"] = make_user("admin", is_superuser=True, is_staff=True)
+    image = Image.objects.create(name="base-notebook", url="jupyter/base-notebook:latest")
+    types = {
+        "cpu-tiny": InstanceType.objects.create(name="cpu-tiny", gpu=0, cpu_millicores=500, memory_bytes=GIB),
+        "gpu-1": InstanceType.objects.create(name="gpu-1", gpu=1, cpu_millicores=8000, memory_bytes=32 * GIB),
+        "gpu-2": InstanceType.objects.create(name="gpu-2", gpu=2, cpu_millicores=16000, memory_bytes=64 * GIB),
+        "gpu-4": InstanceType.objects.create(name="gpu-4", gpu=4, cpu_millicores=32000, memory_bytes=128 * GIB),
+    }
+    groups = {}
+    for name, group_gpu, user_gpu, members in [
+        ("phusers", 4, 4, ["bob", "pan", "lin"]),
+        ("research", 8, 4, ["lin"]),
+    ]:
+        group = Group.objects.create(name=name)
+        GroupQuota.objects.create(group=group, resource=Resource.GPU, quota=group_gpu, user_quota=user_gpu)
+        image.groups.add(group)
+        for it in types.values():
+            it.groups.add(group)
+        for m in members:
+            Membership.objects.create(group=group, user=users[m], role=Role.MEMBER)
+        groups[name] = group
+    # A group nobody of the above belongs to, with its own image.
+    other = Group.objects.create(name="other")
+    Membership.objects.create(group=other, user=users["eve"], role=Role.ADMIN)
+    types["cpu-tiny"].groups.add(other)
+    image.groups.add(other)
+    groups["other"] = other
+
+    class World:
+        pass
+
+    w = World()
+    w.users, w.groups, w.types, w.image = users, groups, types, image
+    return w
+
+
+@pytest.fixture
+def submit(world):
+    """Submit a job through the real validation and service: submit("bob", "gpu-2", command="...")."""
+    clock = itertools.count()
+
+    def do(username: str, instance_type: str = "cpu-tiny", group: str = "phusers", **spec) -> Job:
+        user = world.users[username]
+        data = {"group": group, "image": "base-notebook", "instance_type": instance_type, "command": "true", **spec}
+        job = job_submit(user=user, spec=job_spec_validate(user=user, data=data))
+        # Distinct submission times, so FIFO order is the order of the calls.
+        Job.objects.filter(pk=job.pk).update(queued_at=timezone.now() + timedelta(microseconds=next(clock)))
+        job.refresh_from_db()
+        return job
+
+    return do
