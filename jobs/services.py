@@ -135,6 +135,17 @@ def job_transition(
     return current
 
 
+def job_queue_info_update(updates: dict[int, tuple[str, int | None]]) -> None:
+    """Refresh the wait message and queue position of pending jobs whose phase and reason are unchanged.
+
+    Not a status change (no event): one bulk write per scheduling pass, however long the queue.
+    """
+    if not updates:
+        return
+    jobs = [Job(pk=pk, message=message, queue_position=position) for pk, (message, position) in updates.items()]
+    Job.objects.bulk_update(jobs, ["message", "queue_position"], batch_size=1000)
+
+
 # --- submission ---------------------------------------------------------------------------------------------
 
 
@@ -221,8 +232,8 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
     elif any(ord(c) < 32 for c in name):
         errors["name"] = "The name contains control characters."
 
-    replicas = data.get("replicas") or 1
-    if not 1 <= replicas <= limits.REPLICAS_MAX:
+    replicas = _or_default(data.get("replicas"), 1)
+    if not isinstance(replicas, int) or not 1 <= replicas <= limits.REPLICAS_MAX:
         errors["replicas"] = f"Use 1 to {limits.REPLICAS_MAX} replicas."
 
     if group and instance_type and "instance_type" not in errors and "replicas" not in errors:

@@ -1,16 +1,9 @@
-"""
-ASGI config for jobsite project.
-
-It exposes the ASGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/asgi/
-"""
+"""ASGI entry point: the Django app (HTTP). WebSocket routes join it when live push lands."""
 
 import os
 
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'jobsite.settings')
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 
 application = get_asgi_application()

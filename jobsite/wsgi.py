@@ -1,16 +1,9 @@
-"""
-WSGI config for jobsite project.
-
-It exposes the WSGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/wsgi/
-"""
+"""WSGI entry point, for servers without ASGI (no WebSockets)."""
 
 import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'jobsite.settings')
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 
 application = get_wsgi_application()

@@ -34,8 +34,11 @@ class PassResult:
     inadmissible: int = 0
 
 
-def snapshot(backend: Backend) -> tuple[dict[int, GroupState], list[QueuedJob], list[Node]]:
-    """Read everything the decision needs in a handful of queries."""
+QueueInfo = tuple[str, str, str, int | None]  # phase, reason, message, queue position
+
+
+def snapshot(backend: Backend) -> tuple[dict[int, GroupState], list[QueuedJob], list[Node], dict[int, QueueInfo]]:
+    """Read everything the decision needs in a handful of queries, plus what each queued job shows now."""
     groups = {g.id: GroupState(id=g.id, name=g.name, queue_stopped=g.queue_stopped) for g in Group.objects.all()}
     for q in GroupQuota.objects.all():
         groups[q.group_id].quotas[q.resource] = QuotaLimits(q.quota, q.limit, q.user_quota)
@@ -55,18 +58,19 @@ def snapshot(backend: Backend) -> tuple[dict[int, GroupState], list[QueuedJob], 
             g.usage[r] = g.usage.get(r, 0) + (row[r] or 0)
             per_user[r] = per_user.get(r, 0) + (row[r] or 0)
 
-    queued = [
-        QueuedJob(
+    queued, shown = [], {}
+    rows = Job.objects.filter(phase__in=QUEUED_PHASES).values(
+        "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
+        "memory_bytes", "phase", "reason", "message", "queue_position",
+    )
+    for j in rows.iterator(chunk_size=5000):
+        queued.append(QueuedJob(
             id=j["id"], name=j["name"], group_id=j["group_id"], user_id=j["user_id"], priority=j["priority"],
             queued_at=j["queued_at"], replicas=j["replicas"],
             request={"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]},
-        )
-        for j in Job.objects.filter(phase__in=QUEUED_PHASES).values(
-            "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
-            "memory_bytes",
-        )
-    ]
-    return groups, queued, nodes_with_free(backend)
+        ))
+        shown[j["id"]] = (j["phase"], j["reason"], j["message"], j["queue_position"])
+    return groups, queued, nodes_with_free(backend), shown
 
 
 def nodes_with_free(backend: Backend) -> list[Node]:
@@ -97,44 +101,44 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
     with transaction.atomic():
         # The scheduling lock: every group row, in a stable order.
         list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
-        groups, queued, nodes = snapshot(backend)
+        groups, queued, nodes, shown = snapshot(backend)
         outcomes = decide(groups, queued, nodes)
-        phases = dict(Job.objects.filter(id__in=[o.job_id for o in outcomes]).values_list("id", "phase"))
+        requests = {j.id: j for j in queued}
+        refreshed: dict[int, tuple[str, int | None]] = {}
         for outcome in outcomes:
+            phase, reason, message, position = shown[outcome.job_id]
             try:
-                if _apply(outcome, phases.get(outcome.job_id), backend, now):
+                if outcome.verdict == Verdict.ADMIT:
+                    _admit(outcome, phase, requests[outcome.job_id].replicas, backend, now)
                     result.admitted.append(outcome.job_id)
+                    continue
+                target = Phase.PENDING if outcome.verdict == Verdict.WAIT else Phase.INADMISSIBLE
+                if (phase, reason) != (target, outcome.reason):
+                    services.job_transition(
+                        job=Job(pk=outcome.job_id), phase=target, reason=str(outcome.reason),
+                        status="Inadmissible" if target == Phase.INADMISSIBLE else None,
+                        message=outcome.message, queue_position=outcome.position, now=now,
+                    )
+                elif (message, position) != (outcome.message, outcome.position):
+                    refreshed[outcome.job_id] = (outcome.message, outcome.position)
             except InvalidTransition:  # cancelled meanwhile: its row lock showed the new phase
                 continue
             if outcome.verdict == Verdict.WAIT:
                 result.waiting += 1
-            elif outcome.verdict == Verdict.INADMISSIBLE:
+            else:
                 result.inadmissible += 1
+        services.job_queue_info_update(refreshed)
         admitted = list(result.admitted)
         transaction.on_commit(lambda: launch_jobs(admitted, backend=backend))
     return result
 
 
-def _apply(outcome: Outcome, phase: str | None, backend: Backend, now: datetime | None) -> bool:
-    job = Job(pk=outcome.job_id, phase=phase)
-    if outcome.verdict == Verdict.ADMIT:
-        if phase == Phase.SUBMITTED:
-            services.job_transition(job=job, phase=Phase.PENDING, reason="Queued", message="", now=now)
-        placement = [{"node": p.node, "gpu_ids": list(p.gpu_ids)} for p in outcome.placement] or [
-            {"node": ""} for _ in range(Job.objects.values_list("replicas", flat=True).get(pk=job.pk))
-        ]
-        services.job_admit(job=Job.objects.get(pk=job.pk), backend=backend.name, placement=placement, now=now)
-        return True
-    target = Phase.PENDING if outcome.verdict == Verdict.WAIT else Phase.INADMISSIBLE
-    current = Job.objects.filter(pk=job.pk).values("phase", "reason", "message", "queue_position").first()
-    if current and (current["phase"], current["reason"], current["message"], current["queue_position"]) == (
-        target, str(outcome.reason), outcome.message, outcome.position
-    ):
-        return False  # nothing new to tell
-    services.job_transition(job=job, phase=target, status=target.label if target == Phase.INADMISSIBLE else None,
-                            reason=str(outcome.reason), message=outcome.message, queue_position=outcome.position,
-                            now=now)
-    return False
+def _admit(outcome: Outcome, phase: str, replicas: int, backend: Backend, now: datetime | None) -> None:
+    job = Job.objects.get(pk=outcome.job_id)
+    if phase != Phase.PENDING:  # SUBMITTED or INADMISSIBLE: into the queue first, so the trail says so
+        services.job_transition(job=job, phase=Phase.PENDING, reason="Queued", now=now)
+    placement = [{"node": p.node, "gpu_ids": list(p.gpu_ids)} for p in outcome.placement]
+    services.job_admit(job=job, backend=backend.name, placement=placement or [{"node": ""}] * replicas, now=now)
 
 
 def launch_jobs(job_ids: list[int], *, backend: Backend) -> None:

@@ -53,16 +53,17 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
     ended = [o for o in seen if o.state in (ReplicaState.EXITED, ReplicaState.LOST)]
     failed = [o for o in seen if o.state == ReplicaState.EXITED and o.exit_code != 0]
 
-    with transaction.atomic():
-        if job.phase == Phase.TERMINATING:
-            if len(ended) == len(seen):
+    if job.phase == Phase.TERMINATING:
+        if len(ended) == len(seen):
+            with transaction.atomic():
                 _finish_termination(job, seen, now)
-            elif job.terminating_since and now - job.terminating_since > timedelta(
-                seconds=settings.JOBSITE_TERMINATION_GRACE_SECONDS
-            ):
-                transaction.on_commit(lambda: backend.stop(job_id=job.pk, attempt_number=attempt.number,
-                                                           replicas=attempt.replicas, force=True))
-            return
+        elif job.terminating_since and now - job.terminating_since > timedelta(
+            seconds=settings.JOBSITE_TERMINATION_GRACE_SECONDS
+        ):  # the grace period is over: SIGKILL / force delete (no write, so nothing to wait for)
+            backend.stop(job_id=job.pk, attempt_number=attempt.number, replicas=attempt.replicas, force=True)
+        return
+
+    with transaction.atomic():
 
         if ReplicaState.LOST in states:
             _lost(job, [o for o in seen if o.state == ReplicaState.LOST], backend, now)

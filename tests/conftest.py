@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from datetime import timedelta
 
 import pytest
@@ -15,9 +16,20 @@ from jobs.services import job_spec_validate, job_submit
 GIB = 1 << 30
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """A test database per pytest process, so runs side by side never drop each other's database."""
+    from django.conf import settings
+
+    test = settings.DATABASES["default"].setdefault("TEST", {})
+    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        test["NAME"] = f"test_jobsite_{os.getpid()}"
+
+
 @pytest.fixture(autouse=True)
 def _jobsite_settings(settings, tmp_path):
     settings.JOBSITE_SCHEDULER_MODE = "inprocess"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
     settings.JOBSITE_LOCAL_ROOT = tmp_path / "local"
     settings.JOBSITE_LOCAL_USE_NVIDIA_SMI = False
     settings.JOBSITE_LOCAL_GPUS = 8

@@ -140,7 +140,11 @@ class LocalBackend:
         return result
 
     def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
-        for rank in range(replicas):
-            work, state, _ = self._dirs(job_id, attempt_number, rank)
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.rmtree(state, ignore_errors=True)
+        """Delete the working and state directories of an attempt (TTL). Logs stay."""
+        for kind in ("work", "state"):
+            job_dir = self.root / kind / f"job-{job_id}"
+            shutil.rmtree(job_dir / f"attempt-{attempt_number}", ignore_errors=True)
+            try:
+                job_dir.rmdir()  # once its last attempt is gone
+            except OSError:
+                pass

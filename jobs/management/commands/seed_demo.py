@@ -1,6 +1,7 @@
 """Demo data: groups phusers and research, users bob/pan/lin/admin, instance types and an image. Idempotent."""
 
 import os
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction

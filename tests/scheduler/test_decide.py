@@ -1,0 +1,111 @@
+"""The admission decision, table-driven over pure snapshots: no database."""
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from scheduler.core import GroupState, Node, QueuedJob, QuotaLimits, Reason, Verdict, decide, fmt_amount
+
+T0 = datetime(2026, 1, 1)
+BOB, PAN, LIN = 1, 2, 3
+PH, RS = 10, 20
+
+
+def job(id, user, gpu, group=PH, priority=50, replicas=1, at=None, cpu=0):
+    return QueuedJob(id=id, name=f"j{id}", group_id=group, user_id=user, priority=priority,
+                     queued_at=at or T0 + timedelta(seconds=id), replicas=replicas, request={"gpu": gpu, "cpu": cpu})
+
+
+def groups(ph_quota=4, ph_user=4, rs_quota=8, rs_user=4, usage=None, user_usage=None, stopped=False):
+    return {
+        PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(ph_quota, None, ph_user)}, dict(usage or {}),
+                       {u: dict(v) for u, v in (user_usage or {}).items()}, queue_stopped=stopped),
+        RS: GroupState(RS, "research", {"gpu": QuotaLimits(rs_quota, None, rs_user)}),
+    }
+
+
+def node(gpu=8, free=None):
+    return Node("n1", {"gpu": gpu}, {"gpu": gpu if free is None else free}, list(range(gpu if free is None else free)))
+
+
+CASES = [
+    # (id, groups, jobs, nodes, expected {job: (verdict, reason, position)})
+    ("primehub example 1: group quota holds the queue",
+     groups(), [job(1, BOB, 2), job(2, PAN, 4), job(3, LIN, 2)], [node()],
+     {1: ("admit", "Admitted", None), 2: ("wait", "GroupQuota", 1), 3: ("wait", "BlockedByQueueHead", 2)}),
+    ("primehub example 2: user quota blocks no one",
+     groups(), [job(1, BOB, 2), job(2, BOB, 4), job(3, LIN, 2)], [node()],
+     {1: ("admit", "Admitted", None), 2: ("wait", "UserQuota", 1), 3: ("admit", "Admitted", None)}),
+    ("user quota checked first even when the group quota would block too",
+     groups(usage={"gpu": 3}, user_usage={BOB: {"gpu": 3}}), [job(1, BOB, 2), job(2, LIN, 1)], [node()],
+     {1: ("wait", "UserQuota", 1), 2: ("admit", "Admitted", None)}),
+    ("a blocked group never blocks another group",
+     groups(), [job(1, BOB, 4), job(2, PAN, 2), job(3, LIN, 2, group=RS)], [node()],
+     {1: ("admit", "Admitted", None), 2: ("wait", "GroupQuota", 1), 3: ("admit", "Admitted", None)}),
+    ("capacity miss holds the group's queue, FIFO",
+     groups(ph_quota=8, ph_user=8), [job(1, BOB, 4), job(2, PAN, 1)], [node(8, free=2)],
+     {1: ("wait", "Capacity", 1), 2: ("wait", "BlockedByQueueHead", 2)}),
+    ("larger than the user quota: inadmissible, blocks no one",
+     groups(ph_user=2), [job(1, BOB, 4), job(2, PAN, 2)], [node()],
+     {1: ("inadmissible", "ExceedsUserQuota", None), 2: ("admit", "Admitted", None)}),
+    ("larger than the group quota: inadmissible",
+     groups(ph_quota=2, ph_user=8), [job(1, BOB, 4)], [node()],
+     {1: ("inadmissible", "ExceedsGroupQuota", None)}),
+    ("larger than any node: inadmissible",
+     groups(ph_quota=16, ph_user=16), [job(1, BOB, 12), job(2, PAN, 1)], [node(8)],
+     {1: ("inadmissible", "NoNodeFits", None), 2: ("admit", "Admitted", None)}),
+    ("replicas spread over two nodes",
+     groups(ph_quota=16, ph_user=16), [job(1, BOB, 4, replicas=2)],
+     [Node("a", {"gpu": 4}, {"gpu": 4}, [0, 1, 2, 3]), Node("b", {"gpu": 4}, {"gpu": 4}, [0, 1, 2, 3])],
+     {1: ("admit", "Admitted", None)}),
+    ("stopped queue: inadmissible",
+     groups(stopped=True), [job(1, BOB, 1)], [node()],
+     {1: ("inadmissible", "QueueStopped", None)}),
+    ("priority goes before submission time",
+     groups(), [job(1, BOB, 4), job(2, PAN, 4, priority=100)], [node()],
+     {2: ("admit", "Admitted", None), 1: ("wait", "GroupQuota", 1)}),
+    ("no quota row: unlimited",
+     {PH: GroupState(PH, "phusers")}, [job(1, BOB, 6)], [node()],
+     {1: ("admit", "Admitted", None)}),
+    ("no nodes given: capacity not checked",
+     groups(ph_quota=64, ph_user=64), [job(1, BOB, 32)], [],
+     {1: ("admit", "Admitted", None)}),
+    ("zero-GPU jobs pass a full GPU quota",
+     groups(usage={"gpu": 4}), [job(1, BOB, 0, cpu=500)], [node(8, free=4)],
+     {1: ("admit", "Admitted", None)}),
+]
+
+
+@pytest.mark.parametrize("groups_, jobs, nodes, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decide(groups_, jobs, nodes, expected):
+    outcomes = {o.job_id: o for o in decide(groups_, jobs, nodes)}
+    got = {jid: (str(o.verdict), str(o.reason), o.position) for jid, o in outcomes.items()}
+    assert got == expected
+
+
+def test_decide_does_not_mutate_its_input():
+    g = groups()
+    n = [node()]
+    decide(g, [job(1, BOB, 2)], n)
+    assert g[PH].usage == {} and n[0].free == {"gpu": 8} and n[0].free_gpu_ids == list(range(8))
+
+
+def test_admitted_jobs_get_distinct_gpus():
+    busy_0_1 = Node("n1", {"gpu": 8}, {"gpu": 6}, [2, 3, 4, 5, 6, 7])
+    outcomes = decide(groups(ph_quota=8, ph_user=8), [job(1, BOB, 2), job(2, PAN, 2)], [busy_0_1])
+    ids = [o.placement[0].gpu_ids for o in outcomes]
+    assert ids == [(2, 3), (4, 5)]
+
+
+def test_messages_carry_numbers():
+    outcomes = {o.job_id: o for o in decide(groups(), [job(1, BOB, 2), job(2, PAN, 4)], [node()])}
+    assert outcomes[2].message == "waiting for group GPU quota of phusers: 2 GPU used of 4 GPU, asks 4 GPU"
+    assert outcomes[1].verdict == Verdict.ADMIT and outcomes[2].reason == Reason.GROUP_QUOTA
+
+
+@pytest.mark.parametrize("resource, amount, text", [
+    ("gpu", 4, "4 GPU"), ("cpu", 8000, "8 CPU"), ("cpu", 250, "250m CPU"), ("memory", 32 << 30, "32 GiB"),
+    ("gpu", None, "unlimited"),
+])
+def test_fmt_amount(resource, amount, text):
+    assert fmt_amount(resource, amount) == text

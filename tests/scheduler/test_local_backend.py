@@ -1,0 +1,198 @@
+"""End to end on the local backend: real processes, real files, the scheduler's own functions."""
+
+import os
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from jobs import services
+from jobs.choices import Phase
+from jobs.models import Job
+from scheduler.backends import get_backend
+from scheduler.passes import schedule_pass
+from scheduler.sync import housekeeping, sync_jobs
+
+pytestmark = pytest.mark.django_db
+
+
+def tick():
+    schedule_pass()
+    sync_jobs()
+    housekeeping()
+
+
+def run_until(job, phases, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tick()
+        job.refresh_from_db()
+        if job.phase in phases:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job stayed {job.phase} ({job.status}: {job.message}) for {timeout} s")
+
+
+def log_of(job, attempt=1, rank=0):
+    return get_backend().log_path(job_id=job.pk, attempt_number=attempt, rank=rank).read_text()
+
+
+def runner_pid(job, attempt=1, rank=0):
+    root = get_backend().root
+    return int((root / "state" / f"job-{job.pk}" / f"attempt-{attempt}" / f"replica-{rank}" / "runner.pid")
+               .read_text().split()[0])
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is not alive
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_echo_hello_succeeds_with_its_log_and_env(submit):
+    job = submit("bob", "gpu-2", command='echo hello; echo "$JOB_ID $JOB_USER $JOB_GROUP $JOB_ATTEMPT '
+                 '$RANK/$WORLD_SIZE gpus=$CUDA_VISIBLE_DEVICES $LR"; pwd', env={"LR": "0.5"})
+    run_until(job, {Phase.SUCCEEDED, Phase.FAILED})
+    assert (job.phase, job.status, job.exit_code) == (Phase.SUCCEEDED, "Succeeded", 0)
+    out = log_of(job)
+    assert out.splitlines()[0] == "hello"
+    assert f"{job.pk} bob phusers 1 0/1 gpus=0,1 0.5" in out
+    assert f"job-{job.pk}/attempt-1/replica-0" in out  # its own working directory
+    reasons = list(job.events.values_list("reason", flat=True))
+    assert reasons[0] == "Submitted" and "Admitted" in reasons and reasons[-1] == "Completed"
+    attempt = job.attempts.get()
+    assert attempt.exit_code == 0 and attempt.ended_at is not None
+
+
+def test_exit_3_fails_with_exit_code_and_event_trail(submit):
+    job = submit("bob", command="echo about to fail >&2; exit 3", backoff_limit=0)
+    run_until(job, {Phase.FAILED, Phase.SUCCEEDED})
+    assert (job.phase, job.status, job.reason, job.exit_code) == (Phase.FAILED, "Fail", "Error", 3)
+    assert "exited with code 3" in job.message
+    assert "about to fail" in log_of(job)
+    last = job.events.last()
+    assert (last.type, last.reason) == ("Warning", "Error")
+
+
+def test_retries_until_backoff_limit_then_fails(submit):
+    job = submit("bob", command="echo try $JOB_ATTEMPT; exit 1", backoff_limit=2)
+    for attempt in (1, 2):
+        run_until(job, {Phase.BACKOFF})
+        assert job.status == "Error" and f"retry {attempt}/2" in job.message
+        housekeeping(now=job.retry_at + timedelta(seconds=1))  # the clock moves past the backoff delay
+    run_until(job, {Phase.FAILED})
+    assert job.attempts.count() == 3 and job.exit_code == 1
+    assert log_of(job, attempt=3).strip() == "try 3"
+
+
+def test_cancel_running_sleep_ends_cancelled_and_kills_the_process(submit, world):
+    job = submit("bob", command="sleep 600")
+    run_until(job, {Phase.RUNNING})
+    pid = runner_pid(job)
+    assert alive(pid)
+    started = time.monotonic()
+    services.job_cancel(job=job, by=world.users["bob"])
+    from scheduler.passes import attempt_stop
+
+    attempt_stop(job.current_attempt_id)  # what the after-commit hook does
+    run_until(job, {Phase.CANCELLED}, timeout=15)
+    assert time.monotonic() - started < 15
+    assert job.status == "Cancelled" and job.exit_code == 143  # 128 + SIGTERM
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)
+
+
+def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(submit, world, settings):
+    settings.JOBSITE_TERMINATION_GRACE_SECONDS = 1
+    job = submit("bob", command="trap '' TERM; echo ready; while true; do sleep 0.2; done")
+    run_until(job, {Phase.RUNNING})
+    while "ready" not in log_of(job):
+        time.sleep(0.05)
+    services.job_cancel(job=job, by=world.users["bob"])
+    from scheduler.passes import attempt_stop
+
+    attempt_stop(job.current_attempt_id)
+    run_until(job, {Phase.CANCELLED}, timeout=15)
+    assert not alive(runner_pid(job))
+
+
+def test_active_deadline_times_out(submit):
+    job = submit("bob", command="sleep 600", active_deadline_seconds=1)
+    run_until(job, {Phase.RUNNING})
+    run_until(job, {Phase.TERMINATING}, timeout=5)
+    assert job.reason == "DeadlineExceeded"
+    from scheduler.passes import attempt_stop
+
+    attempt_stop(job.current_attempt_id)
+    run_until(job, {Phase.TIMED_OUT}, timeout=15)
+    assert job.status == "TimedOut"
+
+
+def test_replicas_get_rank_and_world_size(submit):
+    job = submit("bob", "gpu-1", command="echo rank=$RANK of $WORLD_SIZE on $CUDA_VISIBLE_DEVICES", replicas=2)
+    run_until(job, {Phase.SUCCEEDED})
+    assert log_of(job, rank=0).strip() == "rank=0 of 2 on 0"
+    assert log_of(job, rank=1).strip() == "rank=1 of 2 on 1"
+
+
+def test_processes_are_detached_and_read_back_by_a_new_backend(submit):
+    job = submit("bob", command="sleep 600")
+    run_until(job, {Phase.RUNNING})
+    pid = runner_pid(job)
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    assert int(fields[1]) != os.getpid()  # not our child: survives the web server
+    assert int(fields[2]) == pid  # its own process group (cancel signals the group)
+    get_backend.cache_clear()  # as after a restart: a new backend object reads state from disk
+    seen = get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)
+    assert [s.state for s in seen] == ["running"]
+    get_backend().stop(job_id=job.pk, attempt_number=1, replicas=1, force=True)
+
+
+def test_ttl_deletes_working_dir_and_keeps_the_log(submit):
+    job = submit("bob", command="echo kept > out.txt; echo logged", ttl_seconds_after_finished=60)
+    run_until(job, {Phase.SUCCEEDED})
+    work = get_backend().root / "work" / f"job-{job.pk}"
+    assert (work / "attempt-1" / "replica-0" / "out.txt").exists()
+    housekeeping(now=job.finished_at + timedelta(seconds=30))
+    assert work.exists()
+    housekeeping(now=job.finished_at + timedelta(seconds=61))
+    assert not work.exists()
+    assert log_of(job).strip() == "logged"
+    job.refresh_from_db()
+    assert job.cleaned_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_passes_never_over_commit(submit):
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are a PostgreSQL matter")
+    jobs = [submit(u, "gpu-2", command="true") for u in ("bob", "pan", "lin")]
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def run():
+        try:
+            barrier.wait()
+            schedule_pass()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    phases = sorted(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("phase", flat=True))
+    assert phases == [Phase.PENDING, Phase.PREPARING, Phase.PREPARING]
+
