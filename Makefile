@@ -58,6 +58,7 @@ RUN_ENV = env -u DATABASE_URL -u REDIS_URL PORT=$(PORT)
 run: venv
 	mkdir -p "$${JOBSITE_VAR_DIR:-var}"
 	$(RUN_ENV) $(VENV_PY) manage.py migrate --noinput
+	$(RUN_ENV) $(VENV_PY) manage.py collectstatic --noinput --verbosity 0
 	$(RUN_ENV) $(VENV_PY) manage.py seed_demo
 	exec $(RUN_ENV) $(VENV_PY) manage.py serve
 

@@ -67,6 +67,7 @@ class GroupQuota(models.Model):
             models.CheckConstraint(
                 condition=Q(limit__isnull=True) | Q(quota__isnull=True) | Q(limit__gte=models.F("quota")),
                 name="groupquota_limit_gte_quota",
+                violation_error_message="The limit must be at least the quota.",
             ),
         ]
 
