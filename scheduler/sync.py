@@ -68,6 +68,11 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
         if ReplicaState.LOST in states:
             _lost(job, [o for o in seen if o.state == ReplicaState.LOST], backend, now)
             return
+        broken = next((o for o in seen if o.state == ReplicaState.FAILED), None)
+        if broken:  # cannot run at all (bad image, ...): stop the rest, no retry
+            services.job_terminate(job=job, target=Phase.FAILED, reason=broken.reason or "ContainerCannotRun",
+                                   message=broken.message or broken.status, now=now)
+            return
         if len(ended) == len(seen):
             if failed:
                 first = failed[0]
@@ -91,6 +96,12 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
             services.job_transition(job=job, phase=Phase.RUNNING, reason="", now=now,
                                     message=f"{len(seen)} replica(s) running" + (
                                         f" on {attempt.node}" if attempt.node else ""))
+            return
+        # Same phase, finer status from the backend (ErrImagePull, Init:1/2, CrashLoopBackOff, ...).
+        shown = next((o for o in seen if o.status), None)
+        if shown and shown.status != job.status:
+            services.job_transition(job=job, phase=job.phase, status=shown.status, reason=shown.reason,
+                                    message=shown.message, now=now)
 
 
 def _exit_message(o: ReplicaObservation, replicas: int) -> str:

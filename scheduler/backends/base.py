@@ -11,10 +11,11 @@ from scheduler.core import Node
 
 
 class ReplicaState(enum.StrEnum):
-    STARTING = "starting"
+    STARTING = "starting"  # created, not running yet (status may say why: ContainerCreating, ErrImagePull, ...)
     RUNNING = "running"
-    EXITED = "exited"
-    LOST = "lost"  # its supervisor stopped reporting and left no exit code
+    EXITED = "exited"  # ended with exit_code
+    FAILED = "failed"  # cannot run at all (status/reason: FailedImagePull, ContainerCannotRun, Evicted, ...)
+    LOST = "lost"  # its supervisor/node stopped reporting and left no exit code
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class ReplicaObservation:
     rank: int
     state: ReplicaState
     exit_code: int | None = None
-    status: str = ""
+    status: str = ""  # fine status to show, e.g. "ImagePullBackOff", "Init:1/2"; empty: the phase's default
+    reason: str = ""  # for FAILED: the job's failure reason, e.g. "FailedImagePull"
     message: str = ""
 
 
@@ -64,4 +66,7 @@ class Backend(Protocol):
         """The state of each replica of an attempt, read from the backend (survives restarts)."""
 
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
-        """Where the log of a replica is kept."""
+        """Where the log of a replica is kept (for Kubernetes: the archive, kept current while it runs)."""
+
+    def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
+        """Delete what an ended attempt leaves behind (working dirs, pods) after its TTL; keep its logs."""
