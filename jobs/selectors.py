@@ -19,7 +19,7 @@ def groups_of(user: AbstractBaseUser) -> QuerySet[Group]:
 
 def jobs_visible_to(user: AbstractBaseUser) -> QuerySet[Job]:
     """Jobs of the groups the user belongs to (all jobs for superusers), newest first."""
-    qs = Job.objects.select_related("group", "user", "image", "instance_type")
+    qs = Job.objects.select_related("group", "user", "image", "instance_type", "current_attempt")
     if user.is_superuser:
         return qs
     return qs.filter(group__in=Membership.objects.filter(user=user).values("group_id"))
