@@ -139,6 +139,7 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     termination_target = models.CharField(max_length=12, choices=Phase.choices, blank=True)
+    over_quota = models.BooleanField(default=False, help_text="Runs beyond its group's quota: preempted first.")
     retry_at = models.DateTimeField(null=True, blank=True)
     current_attempt = models.ForeignKey(
         "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -102,6 +102,8 @@ def job_transition(
     if phase != Phase.TERMINATING:
         current.terminating_since = None
         current.termination_target = ""
+    if phase not in RESOURCE_PHASES:
+        current.over_quota = False
     if phase in TERMINAL_PHASES:
         current.finished_at = now
     elif old_phase in TERMINAL_PHASES:
@@ -332,18 +334,49 @@ def job_submit(*, user: AbstractBaseUser, spec: JobSpec) -> Job:
 
 
 @transaction.atomic
-def job_cancel(*, job: Job, by: AbstractBaseUser) -> Job:
-    """Cancel from any non-terminal phase: queued jobs end at once, running ones go through TERMINATING."""
+def job_cancel(*, job: Job, by: AbstractBaseUser, stop: bool = False) -> Job:
+    """Cancel from any non-terminal phase: queued jobs end at once, running ones go through TERMINATING.
+
+    ``stop`` is the restartable cancel (status Stopped); an interactive job closed by its user ends Deleted.
+    """
     job = Job.objects.select_for_update().get(pk=job.pk)
     who = by.get_username()
     if job.phase in TERMINAL_PHASES:
         raise ValidationError(f"Job #{job.pk} has already ended ({job.get_phase_display()}).")
-    if job.phase in RESOURCE_PHASES and job.phase != Phase.TERMINATING:
-        return job_terminate(job=job, target=Phase.CANCELLED, reason="CancelledByUser",
-                             message=f"Cancelled by {who}")
+    if stop:
+        reason, message = "StoppedByUser", f"Stopped by {who}; restart it to run again"
+    elif job.job_type == JobType.INTERACTIVE:
+        reason, message = "DeletedByUser", f"Closed by {who}"
+    else:
+        reason, message = "CancelledByUser", f"Cancelled by {who}"
     if job.phase == Phase.TERMINATING:
+        if job.termination_target in (Phase.PENDING, Phase.PREEMPTED):  # being preempted: end it instead
+            return job_transition(job=job, phase=Phase.TERMINATING, reason=reason, message=message,
+                                  termination_target=Phase.CANCELLED)
         return job
-    return job_transition(job=job, phase=Phase.CANCELLED, reason="CancelledByUser", message=f"Cancelled by {who}")
+    if job.phase in RESOURCE_PHASES:
+        return job_terminate(job=job, target=Phase.CANCELLED, reason=reason, message=message)
+    return job_transition(job=job, phase=Phase.CANCELLED, status=terminated_status(Phase.CANCELLED, reason),
+                          reason=reason, message=message)
+
+
+def terminated_status(phase: str, reason: str) -> str:
+    """The status a job shows once it has ended in ``phase`` for ``reason``."""
+    if phase == Phase.CANCELLED:
+        return {"StoppedByUser": "Stopped", "DeletedByUser": "Deleted"}.get(reason, "Cancelled")
+    return DEFAULT_STATUS[Phase(phase)]
+
+
+@transaction.atomic
+def job_restart(*, job: Job, by: AbstractBaseUser) -> Job:
+    """Run an ended job again from the beginning, as a new attempt of the same job (back into its queue)."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.phase not in TERMINAL_PHASES:
+        raise ValidationError(f"Job #{job.pk} is still {job.get_phase_display().lower()}; stop it first.")
+    if job.phase == Phase.SUCCEEDED:
+        raise ValidationError(f"Job #{job.pk} has succeeded; clone it to run it again.")
+    return job_transition(job=job, phase=Phase.PENDING, reason="Restarted", retry_at=None,
+                          message=f"Restarted by {by.get_username()}", queued_at=timezone.now())
 
 
 def job_terminate(*, job: Job, target: str, reason: str, message: str, now: datetime | None = None) -> Job:
@@ -357,10 +390,22 @@ def job_terminate(*, job: Job, target: str, reason: str, message: str, now: date
     return job
 
 
+def job_preempt(*, job: Job, by_job_id: int, message: str, now: datetime | None = None) -> Job:
+    """Evict a running preemptible job for ``by_job_id``: a training job comes back PENDING (keeping its place
+    in the queue, a new attempt, no backoff spent); an interactive one ends PREEMPTED."""
+    target = Phase.PENDING if job.job_type == JobType.TRAINING else Phase.PREEMPTED
+    job = job_terminate(job=job, target=target, reason="Preempted", message=message, now=now)
+    by = Job.objects.filter(pk=by_job_id).first()
+    if by:
+        event_record(job=by, reason="Preempting", message=f"Preempting job #{job.pk} ({job.name})")
+    return job
+
+
 # --- scheduler-facing ---------------------------------------------------------------------------------------
 
 
-def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], now: datetime | None = None) -> Attempt:
+def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_quota: bool = False,
+              now: datetime | None = None) -> Attempt:
     """Admit a queued job: a new attempt in PREPARING holding its resources. Launching happens after commit."""
     now = now or timezone.now()
     number = (job.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
@@ -374,9 +419,11 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], now: d
         placement={str(rank): p for rank, p in enumerate(placement)},
         started_at=now,
     )
-    job_transition(job=job, phase=Phase.PREPARING, reason="Admitted", event_reason="Admitted",
-                   message=f"Attempt {number} admitted" + (f" on {attempt.node}" if attempt.node else ""),
-                   current_attempt=attempt, admitted_at=now, exit_code=None, now=now)
+    message = f"Attempt {number} admitted" + (f" on {attempt.node}" if attempt.node else "")
+    if over_quota:
+        message += ", over its group's quota on idle resources: first to be preempted"
+    job_transition(job=job, phase=Phase.PREPARING, reason="Admitted", event_reason="Admitted", message=message,
+                   current_attempt=attempt, admitted_at=now, exit_code=None, over_quota=over_quota, now=now)
     return attempt
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 RESOURCES = ("gpu", "cpu", "memory")
@@ -22,6 +22,7 @@ class Verdict(enum.StrEnum):
     ADMIT = "admit"
     WAIT = "wait"
     INADMISSIBLE = "inadmissible"
+    PREEMPT = "preempt"  # a running job to evict (training jobs come back PENDING)
 
 
 class Reason(enum.StrEnum):
@@ -34,6 +35,8 @@ class Reason(enum.StrEnum):
     EXCEEDS_USER_QUOTA = "ExceedsUserQuota"
     EXCEEDS_GROUP_QUOTA = "ExceedsGroupQuota"
     NO_NODE_FITS = "NoNodeFits"
+    PREEMPTING = "Preempting"
+    PREEMPTED = "Preempted"
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,10 @@ class QuotaLimits:
     limit: int | None = None
     user_quota: int | None = None
 
-    @property
-    def ceiling(self) -> int | None:
-        """Most the group may ever hold for non-preemptible jobs: the guaranteed quota."""
+    def ceiling(self, preemptible: bool) -> int | None:
+        """Most the group may hold: its quota, or for preemptible jobs its limit (borrowing idle resources)."""
+        if preemptible and self.limit is not None:
+            return self.limit
         return self.quota
 
 
@@ -70,6 +74,7 @@ class QueuedJob:
     queued_at: datetime
     replicas: int
     request: Resources  # per replica
+    preemptible: bool = False
 
     @property
     def total(self) -> dict[str, int]:
@@ -97,6 +102,27 @@ class ReplicaPlacement:
 
 
 @dataclass(frozen=True)
+class RunningJob:
+    """A job holding resources: a candidate victim for preemption, or (terminating) resources soon free."""
+
+    id: int
+    name: str
+    group_id: int
+    priority: int
+    preemptible: bool
+    replicas: int
+    request: Resources
+    admitted_at: datetime
+    over_quota: bool = False
+    terminating: bool = False
+    placement: tuple[ReplicaPlacement, ...] = ()
+
+    @property
+    def total(self) -> dict[str, int]:
+        return {r: self.request.get(r, 0) * self.replicas for r in RESOURCES}
+
+
+@dataclass(frozen=True)
 class Outcome:
     job_id: int
     verdict: Verdict
@@ -104,6 +130,15 @@ class Outcome:
     message: str
     position: int | None = None
     placement: tuple[ReplicaPlacement, ...] = ()
+    over_quota: bool = False  # admitted beyond the group quota (preemptible, on idle resources)
+    by: int | None = None  # PREEMPT: the job that needs the resources
+
+
+PRIORITY_NAMES = {0: "low", 50: "normal", 100: "high"}
+
+
+def priority_name(priority: int) -> str:
+    return PRIORITY_NAMES.get(priority, str(priority))
 
 
 def fmt_amount(resource: str, amount: int | None) -> str:
@@ -177,10 +212,11 @@ def _never_fits(job: QueuedJob, group: GroupState, nodes: list[Node]) -> tuple[R
                 f"asks {fmt_amount(r, total[r])}, more than the user {_label(r)} quota "
                 f"{fmt_amount(r, q.user_quota)} in {group.name}"
             )
-        if q.ceiling is not None and total[r] > q.ceiling:
+        ceiling = q.ceiling(job.preemptible)
+        if ceiling is not None and total[r] > ceiling:
             return Reason.EXCEEDS_GROUP_QUOTA, (
-                f"asks {fmt_amount(r, total[r])}, more than the group {_label(r)} quota "
-                f"{fmt_amount(r, q.ceiling)} of {group.name}"
+                f"asks {fmt_amount(r, total[r])}, more than the group {_label(r)} "
+                f"{'limit' if ceiling != q.quota else 'quota'} {fmt_amount(r, ceiling)} of {group.name}"
             )
     if nodes and _place(job, nodes, use_free=False) is None:
         return Reason.NO_NODE_FITS, "no node of the cluster can ever hold " + (
@@ -189,89 +225,198 @@ def _never_fits(job: QueuedJob, group: GroupState, nodes: list[Node]) -> tuple[R
     return None
 
 
-def decide(groups: Mapping[int, GroupState], jobs: Iterable[QueuedJob], nodes: list[Node]) -> list[Outcome]:
-    """Decide, for every queued job, admit / wait / inadmissible. Mutates nothing it is given.
-
-    ``nodes`` empty means capacity is not checked (e.g. a Kubernetes backend with capacity checking off).
-    """
-    groups = {
-        gid: GroupState(
-            id=g.id,
-            name=g.name,
-            quotas=g.quotas,
-            usage=dict(g.usage),
-            user_usage={u: dict(v) for u, v in g.user_usage.items()},
-            queue_stopped=g.queue_stopped,
-        )
-        for gid, g in groups.items()
-    }
-    nodes = [
+def _freed_nodes(nodes: list[Node], jobs: Iterable[RunningJob]) -> list[Node]:
+    """The nodes as they will be once ``jobs`` have released their placements."""
+    result = [
         Node(n.name, dict(n.allocatable), dict(n.free), None if n.free_gpu_ids is None else list(n.free_gpu_ids))
         for n in nodes
     ]
-    # The job holding each group's queue (strict FIFO behind a group-quota or capacity miss).
-    head: dict[int, tuple[QueuedJob, Reason]] = {}
-    outcomes: list[Outcome] = []
+    by_name = {n.name: n for n in result}
+    for job in jobs:
+        for p in job.placement:
+            node = by_name.get(p.node)
+            if node is None:
+                continue
+            for r in RESOURCES:
+                if r in node.free:
+                    node.free[r] += job.request.get(r, 0)
+            if node.free_gpu_ids is not None:
+                node.free_gpu_ids = sorted(set(node.free_gpu_ids) | set(p.gpu_ids))
+    return result
 
-    ordered = sorted(jobs, key=lambda j: j.order_key)
-    for job in ordered:
-        group = groups[job.group_id]
+
+class _Decider:
+    """One pass's working state: usage and free capacity charged as jobs are admitted or evicted."""
+
+    def __init__(self, groups: Mapping[int, GroupState], running: Iterable[RunningJob], nodes: list[Node]):
+        self.groups = {
+            gid: GroupState(g.id, g.name, g.quotas, dict(g.usage), {u: dict(v) for u, v in g.user_usage.items()},
+                            g.queue_stopped)
+            for gid, g in groups.items()
+        }
+        self.nodes = _freed_nodes(nodes, ())
+        self.running = [j for j in running if not j.terminating]
+        self.terminating = [j for j in running if j.terminating]
+        self.victims: set[int] = set()
+        self.head: dict[int, tuple[QueuedJob, Reason]] = {}  # the job holding each group's queue
+        self.outcomes: list[Outcome] = []
+
+    def quota_room(self, job: QueuedJob, freed: Iterable[RunningJob]) -> tuple[str, int, int | None] | None:
+        group = self.groups[job.group_id]
+        used = dict(group.usage)
+        for v in freed:
+            if v.group_id == job.group_id:
+                for r in RESOURCES:
+                    used[r] = used.get(r, 0) - v.total[r]
+        limits = {r: group.quotas.get(r, QuotaLimits()).ceiling(job.preemptible) for r in RESOURCES}
+        return _first_excess(job.total, used, limits)
+
+    def fits(self, job: QueuedJob, freed: list[RunningJob], *, check_quota: bool) -> bool:
+        if check_quota and self.quota_room(job, freed):
+            return False
+        return not self.nodes or _place(job, _freed_nodes(self.nodes, freed), use_free=True) is not None
+
+    def choose_victims(self, job: QueuedJob, candidates: list[RunningJob], *, check_quota: bool
+                       ) -> list[RunningJob] | None:
+        """Fewest evictions, lowest priority then newest first, that make room; None if none can."""
+        soon_free = [t for t in self.terminating if t.group_id == job.group_id or not check_quota]
+        if self.fits(job, soon_free, check_quota=check_quota):
+            return []
+        chosen: list[RunningJob] = []
+        for c in candidates:
+            chosen.append(c)
+            if self.fits(job, soon_free + chosen, check_quota=check_quota):
+                break
+        else:
+            return None
+        for c in reversed(chosen[:-1]):  # drop any that turned out not to be needed
+            trial = [x for x in chosen if x is not c]
+            if self.fits(job, soon_free + trial, check_quota=check_quota):
+                chosen = trial
+        return chosen
+
+    def candidates(self, job: QueuedJob, *, reclaim: bool) -> list[RunningJob]:
+        """Running jobs ``job`` may evict: lower-priority preemptible ones of its group; when it reclaims its
+        group's guaranteed quota, also the over-quota jobs of other groups (those first)."""
+        def order(j: RunningJob) -> tuple:
+            return (j.priority, -j.admitted_at.timestamp(), -j.id)
+
+        own = sorted((j for j in self.running if j.id not in self.victims and j.group_id == job.group_id
+                      and j.preemptible and j.priority < job.priority), key=order)
+        if not reclaim:
+            return own
+        others = sorted((j for j in self.running if j.id not in self.victims and j.group_id != job.group_id
+                         and j.over_quota), key=order)
+        return others + own
+
+    def preempt(self, job: QueuedJob, victims: list[RunningJob], why: str) -> None:
+        group = self.groups[job.group_id]
+        for v in victims:
+            self.victims.add(v.id)
+            self.terminating.append(v)
+            if v.group_id == job.group_id:
+                cause = f"to free {why} of {group.name}"
+            else:
+                cause = f"to give {group.name} back its guaranteed quota (this job ran over its group's quota)"
+            self.outcomes.append(Outcome(v.id, Verdict.PREEMPT, Reason.PREEMPTED, (
+                f"preempted by job #{job.id} ({job.name}, priority {priority_name(job.priority)}) {cause}"
+            ), by=job.id))
+        self.head[job.group_id] = (job, Reason.PREEMPTING)
+        names = ", ".join(f"#{v.id}" for v in victims)
+        self.outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.PREEMPTING, (
+            f"preempting {names} to free {why}; starts once they have terminated"
+        )))
+
+    def wait(self, job: QueuedJob, reason: Reason, message: str, *, holds_queue: bool) -> None:
+        if holds_queue:
+            self.head[job.group_id] = (job, reason)
+        self.outcomes.append(Outcome(job.id, Verdict.WAIT, reason, message))
+
+    def decide(self, job: QueuedJob) -> None:
+        group = self.groups[job.group_id]
         total = job.total
 
-        never = _never_fits(job, group, nodes)
+        never = _never_fits(job, group, self.nodes)
         if never:
-            outcomes.append(Outcome(job.id, Verdict.INADMISSIBLE, never[0], never[1]))
-            continue
+            self.outcomes.append(Outcome(job.id, Verdict.INADMISSIBLE, never[0], never[1]))
+            return
 
         user_used = group.user_usage.setdefault(job.user_id, {})
         user_limits = {r: group.quotas.get(r, QuotaLimits()).user_quota for r in RESOURCES}
         miss = _first_excess(total, user_used, user_limits)
-        if miss:
+        if miss:  # the user's own quota: waits without holding anyone else
             r, used, limit = miss
-            outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.USER_QUOTA, (
+            self.wait(job, Reason.USER_QUOTA, (
                 f"waiting for user {_label(r)} quota in {group.name}: {fmt_amount(r, used)} used of "
                 f"{fmt_amount(r, limit)}, asks {fmt_amount(r, total[r])}"
-            )))
-            continue
+            ), holds_queue=False)
+            return
 
-        if job.group_id in head:
-            blocker, why = head[job.group_id]
-            outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.BLOCKED, (
-                f"behind job #{blocker.id} ({blocker.name}), which waits for "
-                + ("group quota" if why == Reason.GROUP_QUOTA else "cluster capacity")
-            )))
-            continue
+        if job.group_id in self.head:
+            blocker, why = self.head[job.group_id]
+            waits_for = {Reason.GROUP_QUOTA: "group quota", Reason.CAPACITY: "cluster capacity",
+                         Reason.PREEMPTING: "preempted jobs to terminate"}[why]
+            self.wait(job, Reason.BLOCKED, f"behind job #{blocker.id} ({blocker.name}), which waits for {waits_for}",
+                      holds_queue=False)
+            return
 
-        group_limits = {r: group.quotas.get(r, QuotaLimits()).ceiling for r in RESOURCES}
-        miss = _first_excess(total, group.usage, group_limits)
+        miss = self.quota_room(job, [])
         if miss:
             r, used, limit = miss
-            head[job.group_id] = (job, Reason.GROUP_QUOTA)
-            outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.GROUP_QUOTA, (
-                f"waiting for group {_label(r)} quota of {group.name}: {fmt_amount(r, used)} used of "
-                f"{fmt_amount(r, limit)}, asks {fmt_amount(r, total[r])}"
-            )))
-            continue
+            why = f"group {_label(r)} quota"
+            victims = self.choose_victims(job, self.candidates(job, reclaim=False), check_quota=True)
+            if victims:
+                self.preempt(job, victims, why)
+                return
+            soon = " (jobs are terminating)" if victims == [] else ""
+            self.wait(job, Reason.GROUP_QUOTA, (
+                f"waiting for {why} of {group.name}: {fmt_amount(r, used)} used of "
+                f"{fmt_amount(r, limit)}, asks {fmt_amount(r, total[r])}{soon}"
+            ), holds_queue=True)
+            return
 
+        quotas = {r: group.quotas.get(r, QuotaLimits()).quota for r in RESOURCES}
+        over_quota = _first_excess(total, group.usage, quotas) is not None
         placement: list[ReplicaPlacement] | None = []
-        if nodes:
-            placement = _place(job, nodes, use_free=True)
+        if self.nodes:
+            placement = _place(job, self.nodes, use_free=True)
             if placement is None:
-                head[job.group_id] = (job, Reason.CAPACITY)
-                free_gpu = sum(n.free.get("gpu", 0) for n in nodes)
-                outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.CAPACITY, (
+                victims = self.choose_victims(job, self.candidates(job, reclaim=not over_quota), check_quota=False)
+                if victims:
+                    self.preempt(job, victims, "cluster capacity")
+                    return
+                free_gpu = sum(n.free.get("gpu", 0) for n in self.nodes)
+                self.wait(job, Reason.CAPACITY, (
                     f"waiting for cluster capacity: {free_gpu} GPU free, asks {fmt_amount('gpu', total['gpu'])}"
                     if total["gpu"] > free_gpu else "waiting for cluster capacity: no node has room"
-                )))
-                continue
-            _commit_placement(job, nodes, placement)
+                ), holds_queue=True)
+                return
+            _commit_placement(job, self.nodes, placement)
 
         for r in RESOURCES:
             group.usage[r] = group.usage.get(r, 0) + total[r]
             user_used[r] = user_used.get(r, 0) + total[r]
-        outcomes.append(Outcome(job.id, Verdict.ADMIT, Reason.ADMITTED, "admitted", placement=tuple(placement)))
+        message = "admitted over its group's quota, on idle resources (preemptible)" if over_quota else "admitted"
+        self.outcomes.append(Outcome(job.id, Verdict.ADMIT, Reason.ADMITTED, message, placement=tuple(placement),
+                                     over_quota=over_quota))
 
-    return _with_positions(outcomes, {j.id: j.group_id for j in ordered})
+
+def decide(
+    groups: Mapping[int, GroupState],
+    jobs: Iterable[QueuedJob],
+    nodes: list[Node],
+    running: Iterable[RunningJob] = (),
+) -> list[Outcome]:
+    """Decide, for every queued job, admit / wait / inadmissible, and which running jobs to preempt.
+
+    Mutates nothing it is given. ``nodes`` empty means capacity is not checked (e.g. a Kubernetes backend with
+    capacity checking off). ``running`` are the jobs holding resources (candidates for preemption).
+    """
+    decider = _Decider(groups, running, nodes)
+    ordered = sorted(jobs, key=lambda j: j.order_key)
+    for job in ordered:
+        decider.decide(job)
+    return _with_positions(decider.outcomes, {j.id: j.group_id for j in ordered})
 
 
 def _with_positions(outcomes: list[Outcome], group_of: Mapping[int, int]) -> list[Outcome]:
@@ -282,6 +427,6 @@ def _with_positions(outcomes: list[Outcome], group_of: Mapping[int, int]) -> lis
         if o.verdict == Verdict.WAIT:
             gid = group_of[o.job_id]
             counters[gid] = counters.get(gid, 0) + 1
-            o = Outcome(o.job_id, o.verdict, o.reason, o.message, counters[gid])
+            o = replace(o, position=counters[gid])
         result.append(o)
     return result

@@ -22,7 +22,7 @@ from jobs.state_machine import InvalidTransition
 
 from .backends import get_backend
 from .backends.base import Backend, LaunchError, LaunchReplica, LaunchSpec
-from .core import GroupState, Node, Outcome, QueuedJob, QuotaLimits, Verdict, decide
+from .core import GroupState, Node, Outcome, QueuedJob, QuotaLimits, ReplicaPlacement, RunningJob, Verdict, decide
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +30,25 @@ log = logging.getLogger(__name__)
 @dataclass
 class PassResult:
     admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
     waiting: int = 0
     inadmissible: int = 0
+
+
+@dataclass
+class Snapshot:
+    groups: dict[int, GroupState]
+    queued: list[QueuedJob]
+    running: list[RunningJob]
+    nodes: list[Node]
+    shown: dict[int, QueueInfo]  # what each queued job shows now, to write only what changed
 
 
 QueueInfo = tuple[str, str, str, int | None]  # phase, reason, message, queue position
 
 
-def snapshot(backend: Backend) -> tuple[dict[int, GroupState], list[QueuedJob], list[Node], dict[int, QueueInfo]]:
-    """Read everything the decision needs in a handful of queries, plus what each queued job shows now."""
+def snapshot(backend: Backend) -> Snapshot:
+    """Read everything the decision needs in a handful of queries."""
     groups = {g.id: GroupState(id=g.id, name=g.name, queue_stopped=g.queue_stopped) for g in Group.objects.all()}
     for q in GroupQuota.objects.all():
         groups[q.group_id].quotas[q.resource] = QuotaLimits(q.quota, q.limit, q.user_quota)
@@ -61,16 +71,30 @@ def snapshot(backend: Backend) -> tuple[dict[int, GroupState], list[QueuedJob], 
     queued, shown = [], {}
     rows = Job.objects.filter(phase__in=QUEUED_PHASES).values(
         "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
-        "memory_bytes", "phase", "reason", "message", "queue_position",
+        "memory_bytes", "preemptible", "phase", "reason", "message", "queue_position",
     )
     for j in rows.iterator(chunk_size=5000):
         queued.append(QueuedJob(
             id=j["id"], name=j["name"], group_id=j["group_id"], user_id=j["user_id"], priority=j["priority"],
-            queued_at=j["queued_at"], replicas=j["replicas"],
+            queued_at=j["queued_at"], replicas=j["replicas"], preemptible=j["preemptible"],
             request={"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]},
         ))
         shown[j["id"]] = (j["phase"], j["reason"], j["message"], j["queue_position"])
-    return groups, queued, nodes_with_free(backend), shown
+    running = [
+        RunningJob(
+            id=j["id"], name=j["name"], group_id=j["group_id"], priority=j["priority"],
+            preemptible=j["preemptible"], replicas=j["replicas"], admitted_at=j["admitted_at"],
+            request={"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]},
+            over_quota=j["over_quota"], terminating=j["phase"] == Phase.TERMINATING,
+            placement=tuple(ReplicaPlacement(p.get("node", ""), tuple(p.get("gpu_ids", [])))
+                            for p in (j["current_attempt__placement"] or {}).values()),
+        )
+        for j in Job.objects.filter(phase__in=RESOURCE_PHASES).values(
+            "id", "name", "group_id", "priority", "preemptible", "replicas", "admitted_at", "gpu", "cpu_millicores",
+            "memory_bytes", "over_quota", "phase", "current_attempt__placement",
+        )
+    ]
+    return Snapshot(groups, queued, running, nodes_with_free(backend), shown)
 
 
 def nodes_with_free(backend: Backend) -> list[Node]:
@@ -101,13 +125,18 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
     with transaction.atomic():
         # The scheduling lock: every group row, in a stable order.
         list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
-        groups, queued, nodes, shown = snapshot(backend)
-        outcomes = decide(groups, queued, nodes)
-        requests = {j.id: j for j in queued}
+        snap = snapshot(backend)
+        outcomes = decide(snap.groups, snap.queued, snap.nodes, snap.running)
+        requests = {j.id: j for j in snap.queued}
         refreshed: dict[int, tuple[str, int | None]] = {}
         for outcome in outcomes:
-            phase, reason, message, position = shown[outcome.job_id]
             try:
+                if outcome.verdict == Verdict.PREEMPT:
+                    services.job_preempt(job=Job(pk=outcome.job_id), by_job_id=outcome.by, message=outcome.message,
+                                         now=now)
+                    result.preempted.append(outcome.job_id)
+                    continue
+                phase, reason, message, position = snap.shown[outcome.job_id]
                 if outcome.verdict == Verdict.ADMIT:
                     _admit(outcome, phase, requests[outcome.job_id].replicas, backend, now)
                     result.admitted.append(outcome.job_id)
@@ -138,7 +167,8 @@ def _admit(outcome: Outcome, phase: str, replicas: int, backend: Backend, now: d
     if phase != Phase.PENDING:  # SUBMITTED or INADMISSIBLE: into the queue first, so the trail says so
         services.job_transition(job=job, phase=Phase.PENDING, reason="Queued", now=now)
     placement = [{"node": p.node, "gpu_ids": list(p.gpu_ids)} for p in outcome.placement]
-    services.job_admit(job=job, backend=backend.name, placement=placement or [{"node": ""}] * replicas, now=now)
+    services.job_admit(job=job, backend=backend.name, placement=placement or [{"node": ""}] * replicas,
+                       over_quota=outcome.over_quota, now=now)
 
 
 def launch_jobs(job_ids: list[int], *, backend: Backend) -> None:

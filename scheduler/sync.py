@@ -113,9 +113,9 @@ def _finish_termination(job: Job, seen: list[ReplicaObservation], now: datetime)
     target = job.termination_target or Phase.CANCELLED
     codes = [o.exit_code for o in seen if o.exit_code is not None]
     exit_code = next((c for c in codes if c != 0), codes[0] if codes else None)
-    status = {Phase.CANCELLED: "Cancelled", Phase.TIMED_OUT: "TimedOut", Phase.FAILED: "Fail"}.get(target)
-    services.job_transition(job=job, phase=target, status=status, reason=job.reason, message=job.message,
-                            exit_code=exit_code, now=now, event_reason="Terminated")
+    services.job_transition(job=job, phase=target, status=services.terminated_status(target, job.reason),
+                            reason=job.reason, message=job.message, exit_code=exit_code, now=now,
+                            event_reason="Terminated")
 
 
 def _lost(job: Job, lost: list[ReplicaObservation], backend: Backend, now: datetime) -> None:

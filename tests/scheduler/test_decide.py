@@ -109,3 +109,83 @@ def test_messages_carry_numbers():
 ])
 def test_fmt_amount(resource, amount, text):
     assert fmt_amount(resource, amount) == text
+
+
+# --- priority, preemption and over-quota (rule 6) -------------------------------------------------------------
+
+from scheduler.core import ReplicaPlacement, RunningJob  # noqa: E402
+
+
+def running(id, gpu, group=PH, priority=0, preemptible=True, age=0, over_quota=False, terminating=False, ids=()):
+    return RunningJob(id=id, name=f"r{id}", group_id=group, priority=priority, preemptible=preemptible, replicas=1,
+                      request={"gpu": gpu}, admitted_at=T0 - timedelta(seconds=age), over_quota=over_quota,
+                      terminating=terminating, placement=(ReplicaPlacement("n1", tuple(ids)),) if ids else ())
+
+
+def decided(groups_, jobs, nodes, run):
+    return {o.job_id: (str(o.verdict), str(o.reason)) for o in decide(groups_, jobs, nodes, run)}
+
+
+PREEMPTION_CASES = [
+    ("high evicts a low preemptible job of its group",
+     groups(usage={"gpu": 4}), [job(1, BOB, 4, priority=100)], [], [running(9, 4)],
+     {1: ("wait", "Preempting"), 9: ("preempt", "Preempted")}),
+    ("a non-preemptible job is never evicted",
+     groups(usage={"gpu": 4}), [job(1, BOB, 4, priority=100)], [], [running(9, 4, preemptible=False)],
+     {1: ("wait", "GroupQuota")}),
+    ("equal priority evicts no one",
+     groups(usage={"gpu": 4}), [job(1, BOB, 4, priority=0)], [], [running(9, 4, priority=0)],
+     {1: ("wait", "GroupQuota")}),
+    ("other groups' jobs are not evicted for group quota",
+     groups(usage={"gpu": 4}), [job(1, BOB, 4, priority=100)], [], [running(9, 4, group=RS)],
+     {1: ("wait", "GroupQuota")}),
+    ("victims: lowest priority, then newest, no more than needed",
+     groups(ph_quota=6, ph_user=6, usage={"gpu": 6}), [job(1, BOB, 2, priority=100)], [],
+     [running(7, 2, age=100), running(8, 2, age=10), running(9, 2, priority=50, age=1)],
+     {1: ("wait", "Preempting"), 8: ("preempt", "Preempted")}),
+    ("jobs already terminating are waited for, not doubled",
+     groups(usage={"gpu": 4}), [job(1, BOB, 4, priority=100)], [], [running(9, 4, terminating=True)],
+     {1: ("wait", "GroupQuota")}),
+    ("a preemptible job may borrow up to the limit on idle resources",
+     {PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(2, 6, 8)})}, [
+         QueuedJob(1, "j1", PH, BOB, 50, T0, 1, {"gpu": 4}, preemptible=True)], [node()], [],
+     {1: ("admit", "Admitted")}),
+    ("a non-preemptible job never runs over quota",
+     {PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(2, 6, 8)})}, [job(1, BOB, 4)], [node()], [],
+     {1: ("inadmissible", "ExceedsGroupQuota")}),
+]
+
+
+@pytest.mark.parametrize("groups_, jobs, nodes, run, expected", [c[1:] for c in PREEMPTION_CASES],
+                         ids=[c[0] for c in PREEMPTION_CASES])
+def test_preemption(groups_, jobs, nodes, run, expected):
+    assert decided(groups_, jobs, nodes, run) == expected
+
+
+def test_over_quota_admission_is_marked():
+    g = {PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(2, 6, 8)})}
+    borrow = QueuedJob(1, "j1", PH, BOB, 50, T0, 1, {"gpu": 4}, preemptible=True)
+    [outcome] = decide(g, [borrow], [node()])
+    assert outcome.over_quota and "over its group's quota" in outcome.message
+
+
+def test_reclaim_evicts_another_groups_over_quota_job_for_guaranteed_quota():
+    g = {
+        PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(4, 8, 8)}, {"gpu": 8}),
+        RS: GroupState(RS, "research", {"gpu": QuotaLimits(4, None, 4)}),
+    }
+    run = [running(8, 4, age=50, ids=(0, 1, 2, 3)), running(9, 4, over_quota=True, age=10, ids=(4, 5, 6, 7))]
+    outcomes = {o.job_id: o for o in decide(g, [job(1, LIN, 4, group=RS)], [node(8, free=0)], run)}
+    assert (outcomes[9].verdict, outcomes[9].by) == (Verdict.PREEMPT, 1)
+    assert "guaranteed quota" in outcomes[9].message
+    assert 8 not in outcomes and outcomes[1].reason == Reason.PREEMPTING
+
+
+def test_over_quota_job_cannot_reclaim():
+    g = {
+        PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(4, 8, 8)}, {"gpu": 4}),
+        RS: GroupState(RS, "research", {"gpu": QuotaLimits(4, 8, 8)}, {"gpu": 4}),
+    }
+    run = [running(9, 4, group=RS, over_quota=True, ids=(4, 5, 6, 7)), running(8, 4, priority=50, ids=(0, 1, 2, 3))]
+    borrow = QueuedJob(1, "j1", PH, BOB, 50, T0, 1, {"gpu": 4}, preemptible=True)
+    assert decided(g, [borrow], [node(8, free=0)], run) == {1: ("wait", "Capacity")}

@@ -18,10 +18,23 @@ from scheduler.sync import housekeeping, sync_jobs
 pytestmark = pytest.mark.django_db
 
 
+_on_commit = None
+
+
+@pytest.fixture(autouse=True)
+def _run_on_commit_hooks(django_capture_on_commit_callbacks):
+    """Run after-commit side effects (launch, SIGTERM) as production does, inside the test transaction."""
+    global _on_commit
+    _on_commit = django_capture_on_commit_callbacks
+    yield
+    _on_commit = None
+
+
 def tick():
-    schedule_pass()
-    sync_jobs()
-    housekeeping()
+    with _on_commit(execute=True):
+        schedule_pass()
+        sync_jobs()
+        housekeeping()
 
 
 def run_until(job, phases, timeout=20.0):
@@ -168,6 +181,29 @@ def test_ttl_deletes_working_dir_and_keeps_the_log(submit):
     assert log_of(job).strip() == "logged"
     job.refresh_from_db()
     assert job.cleaned_at is not None
+
+
+def test_high_priority_preempts_a_low_priority_preemptible_job_which_runs_again(submit):
+    low = submit("bob", "gpu-4", command="echo attempt $JOB_ATTEMPT; sleep 600", preemptible=True, priority=0)
+    run_until(low, {Phase.RUNNING})
+    high = submit("pan", "gpu-4", command="sleep 1", priority=100)
+    tick()
+    low.refresh_from_db()
+    high.refresh_from_db()
+    assert low.phase in (Phase.TERMINATING, Phase.PENDING) and low.reason == "Preempted"
+    preempted = low.events.get(reason="Preempted")
+    assert f"preempted by job #{high.pk}" in preempted.message and "priority high" in preempted.message
+    assert (high.phase, high.reason) == (Phase.PENDING, "Preempting")
+    run_until(high, {Phase.RUNNING, Phase.SUCCEEDED}, timeout=20)
+    low.refresh_from_db()
+    assert low.phase == Phase.PENDING and low.attempts.get(number=1).outcome == "Preempted"
+    run_until(low, {Phase.RUNNING}, timeout=30)  # back once the high job is done
+    assert low.current_attempt.number == 2
+    assert "Preempting" in high.events.values_list("reason", flat=True)
+    from jobs.services import job_cancel
+
+    job_cancel(job=low, by=low.user)
+    tick()
 
 
 @pytest.mark.django_db(transaction=True)
