@@ -93,6 +93,8 @@ def job_transition(
     current.queue_position = queue_position if phase == Phase.PENDING else None
     if exit_code is not UNSET:
         current.exit_code = exit_code
+    if old_phase == Phase.BACKOFF:
+        current.retry_at = None  # the backoff is over
     for name, value in fields.items():
         setattr(current, name, value)
     if phase == Phase.RUNNING and current.started_at is None:
@@ -260,7 +262,9 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
         preemptible=bool(data.get("preemptible", False)),
         backoff_limit=_or_default(data.get("backoff_limit"), settings.JOBSITE_DEFAULT_BACKOFF_LIMIT),
         active_deadline_seconds=_or_default(
-            data.get("active_deadline_seconds"), settings.JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS
+            data.get("active_deadline_seconds"),
+            settings.JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS if job_type == JobType.INTERACTIVE
+            else settings.JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS,
         ),
         ttl_seconds_after_finished=_or_default(
             data.get("ttl_seconds_after_finished"), settings.JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED
@@ -379,12 +383,13 @@ def job_restart(*, job: Job, by: AbstractBaseUser) -> Job:
                           message=f"Restarted by {by.get_username()}", queued_at=timezone.now())
 
 
-def job_terminate(*, job: Job, target: str, reason: str, message: str, now: datetime | None = None) -> Job:
+def job_terminate(*, job: Job, target: str, reason: str, message: str, now: datetime | None = None,
+                  **fields: Any) -> Job:
     """Start stopping a job's processes/pods; it ends in ``target`` once the backend reports them gone."""
     from scheduler.triggers import stop_attempt
 
     job = job_transition(job=job, phase=Phase.TERMINATING, reason=reason, message=message,
-                         termination_target=target, now=now)
+                         termination_target=target, now=now, **fields)
     attempt_id = job.current_attempt_id
     transaction.on_commit(lambda: stop_attempt(attempt_id))
     return job
@@ -423,7 +428,8 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_q
     if over_quota:
         message += ", over its group's quota on idle resources: first to be preempted"
     job_transition(job=job, phase=Phase.PREPARING, reason="Admitted", event_reason="Admitted", message=message,
-                   current_attempt=attempt, admitted_at=now, exit_code=None, over_quota=over_quota, now=now)
+                   current_attempt=attempt, admitted_at=now, exit_code=None, over_quota=over_quota, retry_at=None,
+                   now=now)
     return attempt
 
 

@@ -1,4 +1,12 @@
 from django.urls import path
 
+from . import views
+
 app_name = "jobs"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("jobs/new/", views.job_submit, name="submit"),
+    path("jobs/<int:pk>/", views.job_detail, name="detail"),
+    path("jobs/<int:pk>/cancel/", views.job_cancel, name="cancel"),
+    path("jobs/<int:pk>/attempts/<int:number>/replicas/<int:rank>/log", views.job_log, name="log"),
+]

@@ -142,6 +142,12 @@ JOBSITE_LOCAL_NODE = env.str("JOBSITE_LOCAL_NODE", default="local")
 # Seconds between SIGTERM and SIGKILL when a job is cancelled.
 JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
 JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)
+JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS = env.int(
+    "JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS", default=12 * 3600
+)
+# An attempt still preparing after this long is requeued (backoff 60 s doubling to 1 h), at most REQUEUE_LIMIT times.
+JOBSITE_PREPARING_TIMEOUT_SECONDS = env.int("JOBSITE_PREPARING_TIMEOUT_SECONDS", default=180)
+JOBSITE_REQUEUE_LIMIT = env.int("JOBSITE_REQUEUE_LIMIT", default=5)
 JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED = env.int("JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED", default=7 * 86400)
 JOBSITE_DEFAULT_BACKOFF_LIMIT = env.int("JOBSITE_DEFAULT_BACKOFF_LIMIT", default=6)
 
@@ -154,3 +160,36 @@ LOGGING = {
 }
 # Seconds a replica may stay unreachable before its attempt fails as NodeLost and the job is retried.
 JOBSITE_NODE_LOST_GRACE_SECONDS = env.int("JOBSITE_NODE_LOST_GRACE_SECONDS", default=300)
+
+# --- Kubernetes backend (JOBSITE_BACKEND=kubernetes) ---------------------------------------------------------
+# The API server comes from KUBECONFIG (or ~/.kube/config), or the in-cluster service account when running in a pod.
+JOBSITE_K8S_NAMESPACE = env.str("JOBSITE_K8S_NAMESPACE", default="jobsite")
+# Size limit of each replica's working directory (an emptyDir at /home/jovyan).
+JOBSITE_K8S_WORKDIR_SIZE = env.str("JOBSITE_K8S_WORKDIR_SIZE", default="5Gi")
+# Names of image pull secrets in the namespace, comma-separated.
+JOBSITE_K8S_IMAGE_PULL_SECRETS = env.list("JOBSITE_K8S_IMAGE_PULL_SECRETS", default=[])
+# Pod scheduling defaults as JSON; an instance type's nodeSelector/tolerations are merged over them.
+JOBSITE_K8S_DEFAULT_NODE_SELECTOR = env.json("JOBSITE_K8S_DEFAULT_NODE_SELECTOR", default={})
+JOBSITE_K8S_DEFAULT_TOLERATIONS = env.json("JOBSITE_K8S_DEFAULT_TOLERATIONS", default=[])
+JOBSITE_K8S_DEFAULT_AFFINITY = env.json("JOBSITE_K8S_DEFAULT_AFFINITY", default={})
+# Datasets mounted read-only at /datasets/<name>, as JSON: [{"name": "mnist", "volume": {<a pod volume source>},
+# "groups": ["research"]}] ("groups" optional: every group when absent).
+JOBSITE_K8S_DATASETS = env.json("JOBSITE_K8S_DATASETS", default=[])
+# Feed the Ready nodes' allocatable GPU/CPU/memory to the admission check (needs `list nodes`, a ClusterRole).
+JOBSITE_K8S_CHECK_CAPACITY = env.bool("JOBSITE_K8S_CHECK_CAPACITY", default=False)
+# A replica still failing to pull its image this long after its pod started fails the job as FailedImagePull.
+JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS = env.int("JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS", default=120)
+# Full relist of the watched pods (catches anything a watch missed) and orphan reconcile, in seconds.
+JOBSITE_K8S_RESYNC_SECONDS = env.float("JOBSITE_K8S_RESYNC_SECONDS", default=60.0)
+# After each full relist the watch thread deletes managed pods/services of no live attempt (logs archived first).
+JOBSITE_K8S_BACKGROUND_RECONCILE = env.bool("JOBSITE_K8S_BACKGROUND_RECONCILE", default=True)
+# Server-side timeout of one watch request; the client gives up reading after this plus a margin.
+JOBSITE_K8S_WATCH_TIMEOUT_SECONDS = env.int("JOBSITE_K8S_WATCH_TIMEOUT_SECONDS", default=300)
+# Retries of a Kubernetes API call that failed with 5xx/429 or a network error, with doubling backoff.
+JOBSITE_K8S_API_RETRIES = env.int("JOBSITE_K8S_API_RETRIES", default=5)
+JOBSITE_K8S_API_RETRY_BASE_SECONDS = env.float("JOBSITE_K8S_API_RETRY_BASE_SECONDS", default=0.5)
+# A running replica's archived log is refreshed from the pod log API at most this often (seconds).
+JOBSITE_K8S_LOG_REFRESH_SECONDS = env.float("JOBSITE_K8S_LOG_REFRESH_SECONDS", default=5.0)
+# Archived logs of every backend that keeps them outside its own root: <root>/job-<id>/attempt-<n>/replica-<r>.log
+JOBSITE_LOG_ROOT = Path(env.str("JOBSITE_LOG_ROOT", default=str(VAR_DIR / "logs")))
+# --- end of the Kubernetes backend settings -----------------------------------------------------------------

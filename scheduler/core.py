@@ -37,6 +37,7 @@ class Reason(enum.StrEnum):
     NO_NODE_FITS = "NoNodeFits"
     PREEMPTING = "Preempting"
     PREEMPTED = "Preempted"
+    REQUEUED = "Requeued"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class QueuedJob:
     replicas: int
     request: Resources  # per replica
     preemptible: bool = False
+    not_before: datetime | None = None  # requeued: not admitted before this time
 
     @property
     def total(self) -> dict[str, int]:
@@ -248,7 +250,9 @@ def _freed_nodes(nodes: list[Node], jobs: Iterable[RunningJob]) -> list[Node]:
 class _Decider:
     """One pass's working state: usage and free capacity charged as jobs are admitted or evicted."""
 
-    def __init__(self, groups: Mapping[int, GroupState], running: Iterable[RunningJob], nodes: list[Node]):
+    def __init__(self, groups: Mapping[int, GroupState], running: Iterable[RunningJob], nodes: list[Node],
+                 now: datetime | None):
+        self.now = now
         self.groups = {
             gid: GroupState(g.id, g.name, g.quotas, dict(g.usage), {u: dict(v) for u, v in g.user_usage.items()},
                             g.queue_stopped)
@@ -352,6 +356,12 @@ class _Decider:
             ), holds_queue=False)
             return
 
+        if job.not_before and self.now and job.not_before > self.now:  # backing off after a requeue
+            self.wait(job, Reason.REQUEUED, (
+                f"requeued after a stuck start; eligible again at {job.not_before:%Y-%m-%d %H:%M:%S %Z}"
+            ), holds_queue=False)
+            return
+
         if job.group_id in self.head:
             blocker, why = self.head[job.group_id]
             waits_for = {Reason.GROUP_QUOTA: "group quota", Reason.CAPACITY: "cluster capacity",
@@ -406,13 +416,15 @@ def decide(
     jobs: Iterable[QueuedJob],
     nodes: list[Node],
     running: Iterable[RunningJob] = (),
+    now: datetime | None = None,
 ) -> list[Outcome]:
     """Decide, for every queued job, admit / wait / inadmissible, and which running jobs to preempt.
 
     Mutates nothing it is given. ``nodes`` empty means capacity is not checked (e.g. a Kubernetes backend with
-    capacity checking off). ``running`` are the jobs holding resources (candidates for preemption).
+    capacity checking off). ``running`` are the jobs holding resources (candidates for preemption). ``now`` is
+    the pass's clock, for requeued jobs' delays.
     """
-    decider = _Decider(groups, running, nodes)
+    decider = _Decider(groups, running, nodes, now)
     ordered = sorted(jobs, key=lambda j: j.order_key)
     for job in ordered:
         decider.decide(job)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F, Sum
@@ -71,12 +71,12 @@ def snapshot(backend: Backend) -> Snapshot:
     queued, shown = [], {}
     rows = Job.objects.filter(phase__in=QUEUED_PHASES).values(
         "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
-        "memory_bytes", "preemptible", "phase", "reason", "message", "queue_position",
+        "memory_bytes", "preemptible", "phase", "reason", "message", "queue_position", "retry_at",
     )
     for j in rows.iterator(chunk_size=5000):
         queued.append(QueuedJob(
             id=j["id"], name=j["name"], group_id=j["group_id"], user_id=j["user_id"], priority=j["priority"],
-            queued_at=j["queued_at"], replicas=j["replicas"], preemptible=j["preemptible"],
+            queued_at=j["queued_at"], replicas=j["replicas"], preemptible=j["preemptible"], not_before=j["retry_at"],
             request={"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]},
         ))
         shown[j["id"]] = (j["phase"], j["reason"], j["message"], j["queue_position"])
@@ -126,7 +126,7 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
         # The scheduling lock: every group row, in a stable order.
         list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
         snap = snapshot(backend)
-        outcomes = decide(snap.groups, snap.queued, snap.nodes, snap.running)
+        outcomes = decide(snap.groups, snap.queued, snap.nodes, snap.running, now=now or timezone.now())
         requests = {j.id: j for j in snap.queued}
         refreshed: dict[int, tuple[str, int | None]] = {}
         for outcome in outcomes:
@@ -181,14 +181,30 @@ def launch_jobs(job_ids: list[int], *, backend: Backend) -> None:
 
 def attempt_launch(job_id: int, *, backend: Backend) -> None:
     """Start the processes/pods of a job's current attempt. Runs after the admission has committed."""
-    job = Job.objects.select_related("current_attempt", "group", "user").get(pk=job_id)
+    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type").get(pk=job_id)
     attempt = job.current_attempt
     if job.phase != Phase.PREPARING or attempt is None:
         return
     # Claim the launch: exactly one caller (the pass's after-commit hook or a later sync) starts it.
     if not Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(launched_at=timezone.now()):
         return
-    spec = LaunchSpec(
+    spec = launch_spec(job, attempt)
+    try:
+        data = backend.launch(spec)
+    except LaunchError as exc:
+        with transaction.atomic():
+            services.job_transition(job=job, phase=Phase.FAILED, status="Fail", reason="ContainerCannotRun",
+                                    message=str(exc))
+        return
+    Attempt.objects.filter(pk=attempt.pk).update(backend_data=data or {})
+    with transaction.atomic():
+        services.event_record(job=job, attempt=attempt, reason="Started",
+                              message=f"Started {attempt.replicas} replica(s)"
+                              + (f" on {attempt.node}" if attempt.node else ""))
+
+
+def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
+    return LaunchSpec(
         job_id=job.pk,
         attempt_id=attempt.pk,
         attempt_number=attempt.number,
@@ -203,19 +219,21 @@ def attempt_launch(job_id: int, *, backend: Backend) -> None:
             )
             for rank in range(attempt.replicas)
         ],
+        job_name=job.name,
+        job_type=job.job_type,
+        user=job.user.get_username(),
+        group=job.group.name,
+        group_volume=job.group.volume_path,
+        request={str(k): v for k, v in job.request.items()},
+        node_selector=dict(job.instance_type.node_selector or {}),
+        tolerations=list(job.instance_type.tolerations or []),
+        deadline=job.admitted_at and job.admitted_at + timedelta(seconds=job.active_deadline_seconds),
     )
-    try:
-        data = backend.launch(spec)
-    except LaunchError as exc:
-        with transaction.atomic():
-            services.job_transition(job=job, phase=Phase.FAILED, status="Fail", reason="ContainerCannotRun",
-                                    message=str(exc))
-        return
-    Attempt.objects.filter(pk=attempt.pk).update(backend_data=data or {})
-    with transaction.atomic():
-        services.event_record(job=job, attempt=attempt, reason="Started",
-                              message=f"Started {attempt.replicas} replica(s)"
-                              + (f" on {attempt.node}" if attempt.node else ""))
+
+
+def relaunch_attempt(job: Job, attempt: Attempt, backend: Backend) -> None:
+    """Start the replicas of the current attempt again, in place (interactive jobs)."""
+    backend.launch(launch_spec(job, attempt))
 
 
 def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:

@@ -15,13 +15,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs import services
-from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, Phase
+from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, JobType, Phase
 from jobs.models import Job
 from jobs.state_machine import InvalidTransition
 
 from .backends import get_backend
 from .backends.base import Backend, ReplicaObservation, ReplicaState
-from .passes import attempt_launch
+from .passes import attempt_launch, relaunch_attempt
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,9 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
             services.job_terminate(job=job, target=Phase.FAILED, reason=broken.reason or "ContainerCannotRun",
                                    message=broken.message or broken.status, now=now)
             return
+        if job.job_type == JobType.INTERACTIVE and len(ended) == len(seen):
+            _restart_in_place(job, seen, backend, now)
+            return
         if len(ended) == len(seen):
             if failed:
                 first = failed[0]
@@ -83,7 +86,7 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
                                         message="All replicas exited with code 0" if len(seen) > 1 else
                                         "Exited with code 0")
             return
-        if failed:  # one replica failed while others still run: stop the rest, the attempt has failed
+        if failed and job.job_type == JobType.TRAINING:  # one replica failed, others run: the attempt failed
             services.job_terminate(job=job, target=Phase.FAILED, reason="Error", now=now,
                                    message=_exit_message(failed[0], len(seen)) + "; stopping the other replicas")
             return
@@ -97,6 +100,10 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
                                     message=f"{len(seen)} replica(s) running" + (
                                         f" on {attempt.node}" if attempt.node else ""))
             return
+        stuck_for = now - (attempt.started_at or now)
+        if job.phase == Phase.PREPARING and stuck_for > timedelta(seconds=settings.JOBSITE_PREPARING_TIMEOUT_SECONDS):
+            _requeue(job, int(stuck_for.total_seconds()), now)
+            return
         # Same phase, finer status from the backend (ErrImagePull, Init:1/2, CrashLoopBackOff, ...).
         shown = next((o for o in seen if o.status), None)
         if shown and shown.status != job.status:
@@ -107,6 +114,41 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
 def _exit_message(o: ReplicaObservation, replicas: int) -> str:
     who = f"Replica {o.rank}" if replicas > 1 else "The command"
     return f"{who} exited with code {o.exit_code}"
+
+
+def _requeue(job: Job, stuck_seconds: int, now: datetime) -> None:
+    """An attempt still preparing after the timeout: delete it and queue the job again, with a growing delay."""
+    requeues = job.attempts.filter(outcome="Requeued").count()
+    if requeues >= settings.JOBSITE_REQUEUE_LIMIT:
+        services.job_terminate(job=job, target=Phase.FAILED, reason="RequeueLimitExceeded", now=now, message=(
+            f"Still preparing after {stuck_seconds} s, after {requeues} requeue(s): giving up"))
+        return
+    delay = min(60 * 2**requeues, 3600)
+    services.job_terminate(job=job, target=Phase.PENDING, reason="Requeued", now=now, message=(
+        f"Still preparing after {stuck_seconds} s: requeued ({requeues + 1}/{settings.JOBSITE_REQUEUE_LIMIT}), "
+        f"eligible again in {delay} s"), retry_at=now + timedelta(seconds=delay))
+
+
+def _restart_in_place(job: Job, seen: list[ReplicaObservation], backend: Backend, now: datetime) -> None:
+    """Interactive jobs never end by themselves: their replicas restart, with a growing delay (CrashLoopBackOff)."""
+    attempt = job.current_attempt
+    if job.status == "CrashLoopBackOff" and job.retry_at and job.retry_at > now:
+        return  # waiting out the delay
+    if job.status == "CrashLoopBackOff" and job.retry_at:
+        relaunch_attempt(job, attempt, backend)
+        services.job_transition(job=job, phase=Phase.RUNNING, reason="Restarted", retry_at=None, now=now,
+                                message=f"Restarted in place (restart #{attempt.backend_data.get('restarts', 0)})")
+        return
+    restarts = attempt.backend_data.get("restarts", 0) + 1
+    attempt.backend_data = {**attempt.backend_data, "restarts": restarts}
+    attempt.save(update_fields=["backend_data"])
+    delay = min(10 * 2 ** (restarts - 1), 300)
+    worst = next((o for o in seen if o.exit_code), seen[0])
+    services.job_transition(
+        job=job, phase=Phase.RUNNING, status="CrashLoopBackOff", reason="CrashLoopBackOff", now=now,
+        exit_code=worst.exit_code, retry_at=now + timedelta(seconds=delay),
+        message=f"{_exit_message(worst, len(seen))}; restart #{restarts} in {delay} s",
+    )
 
 
 def _finish_termination(job: Job, seen: list[ReplicaObservation], now: datetime) -> None:

@@ -1,0 +1,194 @@
+"""Forms of the web UI: the job list filter and the submit form.
+
+The submit form only type-checks; what may be submitted (membership, the group's images and instance types,
+quotas, bounds) is decided by ``jobs.services.job_spec_validate``, whose per-field errors the view maps back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.urls import reverse
+
+from . import limits, selectors
+from .choices import JobType, Phase, Priority
+from .models import Group, Job
+from .templatetags.jobsite import cpu, memory, seconds
+
+PRIORITY_BY_LABEL = {p.label: p.value for p in Priority}
+LABEL_BY_PRIORITY = {p.value: p.label for p in Priority}
+
+# Service error keys → form field names (the form uses the words users know).
+SERVICE_FIELD = {"active_deadline_seconds": "timeout", "backoff_limit": "retries"}
+
+
+class JobFilterForm(forms.Form):
+    """Only renders the filters (as selects); ``jobs.filtersets.JobFilterSet`` does the filtering."""
+
+    group = forms.ChoiceField(required=False)
+    phase = forms.ChoiceField(required=False, choices=[("", "Any phase"), *Phase.choices])
+    user = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "username", "size": 12}))
+
+    def __init__(self, *args: Any, groups: list[str], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["group"].choices = [("", "All groups"), *((g, g) for g in groups)]
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` per line; blank lines and ``#`` comments are skipped. Errors name the line."""
+    env: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep:
+            raise forms.ValidationError(f"Line {number} ({_quote(line)}): expected KEY=VALUE.", code="env_line")
+        if not limits.ENV_NAME_RE.match(key):
+            raise forms.ValidationError(
+                f"Line {number} ({_quote(line)}): '{key}' is not a valid variable name "
+                "(letters, digits and _, not starting with a digit).",
+                code="env_name",
+            )
+        if key in env:
+            raise forms.ValidationError(f"Line {number}: {key} is set twice.", code="env_duplicate")
+        env[key] = value
+    return env
+
+
+def _quote(line: str, width: int = 40) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def format_env(env: dict[str, Any]) -> str:
+    return "\n".join(f"{k}={v}" for k, v in env.items())
+
+
+class JobSubmitForm(forms.Form):
+    name = forms.CharField(
+        required=False,
+        max_length=limits.NAME_MAX,
+        help_text="Defaults to the command's program name.",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. resnet50-baseline", "autocomplete": "off"}),
+    )
+    # Group, image and instance type are names: the selects offer the group's choices, the service decides.
+    group = forms.CharField(widget=forms.Select)
+    image = forms.CharField(widget=forms.Select)
+    instance_type = forms.CharField(widget=forms.Select, label="Instance type", help_text="Per replica.")
+    command = forms.CharField(
+        strip=False,
+        error_messages={"required": "Enter a command."},
+        widget=forms.Textarea(
+            attrs={"rows": 6, "spellcheck": "false", "class": "mono", "placeholder": "python train.py --epochs 10"}
+        ),
+        help_text=f"Run with bash -c. At most {limits.COMMAND_MAX_BYTES // 1024} KiB.",
+    )
+    env = forms.CharField(
+        strip=False,
+        required=False,
+        label="Environment",
+        widget=forms.Textarea(
+            attrs={"rows": 4, "spellcheck": "false", "class": "mono", "placeholder": "LEARNING_RATE=0.001\nEPOCHS=10"}
+        ),
+        help_text="One KEY=VALUE per line.",
+    )
+    replicas = forms.IntegerField(min_value=1, max_value=limits.REPLICAS_MAX, initial=1,
+                                  help_text="Processes started together, ranks 0…N-1.")
+    job_type = forms.ChoiceField(choices=JobType.choices, initial=JobType.TRAINING, label="Job type",
+                                 help_text="Training jobs retry on failure; interactive jobs restart in place.")
+    priority = forms.ChoiceField(choices=[(p.label, p.label.capitalize()) for p in Priority],
+                                 initial=Priority.NORMAL.label, help_text="Order inside the group's queue.")
+    preemptible = forms.BooleanField(required=False,
+                                     help_text="May run over quota on idle GPUs, and be preempted to give them back.")
+    timeout = forms.IntegerField(
+        required=False, min_value=1, max_value=limits.ACTIVE_DEADLINE_MAX, label="Timeout (seconds)",
+    )
+    retries = forms.IntegerField(
+        required=False, min_value=0, max_value=limits.BACKOFF_LIMIT_MAX,
+    )
+
+    def __init__(self, *args: Any, user, group: Group | None, groups: list[Group], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.user = user
+        self.group = group
+        self.fields["group"].widget.choices = [(g.name, g.name) for g in groups]
+        images = list(selectors.images_for(group))
+        self.fields["image"].widget.choices = [(i.name, i.name) for i in images]
+        self.fields["instance_type"].widget.choices = [
+            (it.name, f"{it.name} — {it.gpu} GPU · {cpu(it.cpu_millicores)} CPU · {memory(it.memory_bytes)}")
+            for it in selectors.instance_types_for(group)
+        ]
+        deadline, backoff = settings.JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS, settings.JOBSITE_DEFAULT_BACKOFF_LIMIT
+        interactive = getattr(settings, "JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS", deadline)
+        self.fields["timeout"].help_text = (
+            f"From admission. Blank: {seconds(deadline)}" + (f", {seconds(interactive)} for interactive jobs."
+                                                            if interactive != deadline else ".")
+        )
+        self.fields["timeout"].widget.attrs["placeholder"] = str(deadline)
+        self.fields["retries"].help_text = f"Retries after a failed attempt (training). Blank: {backoff}."
+        self.fields["retries"].widget.attrs["placeholder"] = str(backoff)
+        # Choosing a group re-renders the image and instance type selects with that group's choices (htmx);
+        # without JavaScript the form's "Update" button does the same with a POST.
+        self.fields["group"].widget.attrs.update({
+            "hx-get": reverse("jobs:submit"),
+            "hx-trigger": "change",
+            "hx-include": "[name='image'],[name='instance_type']",
+            "hx-target": "#group-fields",
+            "hx-select": "#group-fields",
+            "hx-swap": "outerHTML",
+        })
+
+    def clean_env(self) -> dict[str, str]:
+        return parse_env(self.cleaned_data.get("env") or "")
+
+    def spec_data(self) -> dict[str, Any]:
+        """The type-checked values, named as ``job_spec_validate`` expects (fields that failed are left out)."""
+        d = self.cleaned_data
+        data: dict[str, Any] = {
+            "name": d.get("name", ""),
+            "group": d.get("group", ""),
+            "image": d.get("image", ""),
+            "instance_type": d.get("instance_type", ""),
+            "command": d.get("command", ""),
+            "env": d.get("env", {}),
+            "job_type": d.get("job_type") or JobType.TRAINING,
+            "priority": PRIORITY_BY_LABEL.get(d.get("priority", ""), Priority.NORMAL),
+            "preemptible": d.get("preemptible", False),
+            "active_deadline_seconds": d.get("timeout"),
+            "backoff_limit": d.get("retries"),
+        }
+        if d.get("replicas") is not None:
+            data["replicas"] = d["replicas"]
+        return data
+
+    def add_service_errors(self, message_dict: dict[str, list[str]]) -> None:
+        """Put the service's errors next to their fields, unless the form already flagged that field."""
+        for key, messages in message_dict.items():
+            field = SERVICE_FIELD.get(key, key)
+            if field not in self.fields:
+                field = None
+            elif field in self.errors:
+                continue
+            for message in messages:
+                self.add_error(field, message)
+
+
+def initial_from_job(job: Job) -> dict[str, Any]:
+    """The submit form's values that reproduce ``job``'s spec (clone)."""
+    return {
+        "name": job.name,
+        "group": job.group.name,
+        "image": job.image.name,
+        "instance_type": job.instance_type.name,
+        "command": job.command,
+        "env": format_env(job.env),
+        "replicas": job.replicas,
+        "job_type": job.job_type,
+        "priority": LABEL_BY_PRIORITY.get(job.priority, Priority.NORMAL.label),
+        "preemptible": job.preemptible,
+        "timeout": job.active_deadline_seconds,
+        "retries": job.backoff_limit,
+    }

@@ -1,0 +1,110 @@
+"""Template helpers of the web UI: the status badge and human-readable amounts and durations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+
+from jobs.choices import Phase
+
+register = template.Library()
+
+
+@register.inclusion_tag("jobs/_badge.html")
+def status_badge(job) -> dict:
+    """A coloured pill with the status text; the phase is in the title (colour is never the only signal)."""
+    return {
+        "status": job.status or Phase(job.phase).label,
+        "phase_label": Phase(job.phase).label,
+        "color": job.color,
+        "color_name": job.color_name,
+    }
+
+
+def _human_seconds(total: float) -> str:
+    total = int(max(total, 0))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {seconds:02d}s"
+    return f"{seconds}s"
+
+
+@register.filter
+def seconds(value) -> str:
+    """86400 → "1d", 5400 → "1h 30m"; empty stays empty."""
+    if value is None or value == "":
+        return ""
+    return _human_seconds(float(value))
+
+
+def _span(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None:
+        return None
+    return ((end or timezone.now()) - start).total_seconds()
+
+
+@register.filter
+def job_duration(job) -> str:
+    """Time since admission (holding resources), until the job ended; "—" while it has not been admitted."""
+    start = job.admitted_at or job.started_at
+    span = _span(start, job.finished_at if job.finished_at and start and job.finished_at >= start else None)
+    return "—" if span is None else _human_seconds(span)
+
+
+@register.filter
+def attempt_duration(attempt) -> str:
+    span = _span(attempt.started_at, attempt.ended_at)
+    return "—" if span is None else _human_seconds(span)
+
+
+@register.filter
+def gpu_seconds(attempt) -> str:
+    """GPU-seconds of an attempt: stored once it ended, counted up to now while it holds resources."""
+    value = attempt.gpu_seconds
+    if attempt.ended_at is None and attempt.started_at is not None:
+        value = attempt.gpu * attempt.replicas * max(_span(attempt.started_at, None) or 0, 0)
+    return f"{value:,.0f}"
+
+
+@register.filter
+def cpu(millicores) -> str:
+    if millicores is None:
+        return ""
+    millicores = int(millicores)
+    return f"{millicores / 1000:g}" if millicores % 100 == 0 else f"{millicores}m"
+
+
+@register.filter
+def memory(amount) -> str:
+    if amount is None:
+        return ""
+    amount = int(amount)
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if amount >= size:
+            return f"{amount / size:.4g} {unit}"
+    return f"{amount} B"
+
+
+@register.filter
+def quota_amount(value, resource: str) -> str:
+    """A quota value in the unit of its resource; empty means unlimited."""
+    if value is None:
+        return "unlimited"
+    if resource == "gpu":
+        return str(value)
+    if resource == "cpu":
+        return cpu(value)
+    return memory(value)
+
+
+@register.filter
+def nbytes(size) -> str:
+    return memory(size) if size else "0 B"

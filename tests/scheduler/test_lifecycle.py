@@ -1,0 +1,170 @@
+"""Lifecycle rules 7-12 with real processes and a controllable clock (no sleeping for minutes)."""
+
+import os
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs import services
+from jobs.choices import Phase
+from scheduler.backends import get_backend
+from scheduler.backends.base import ReplicaObservation, ReplicaState
+from scheduler.backends.local import LocalBackend
+from scheduler.passes import schedule_pass
+from scheduler.sync import housekeeping, sync_jobs
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def clock(django_capture_on_commit_callbacks):
+    """tick(now=...) runs one scheduler round at a given time, with after-commit effects executed."""
+
+    def tick(now=None, backend=None):
+        with django_capture_on_commit_callbacks(execute=True):
+            schedule_pass(backend=backend, now=now)
+            sync_jobs(backend=backend, now=now)
+            housekeeping(backend=backend, now=now)
+
+    return tick
+
+
+@pytest.fixture
+def act(django_capture_on_commit_callbacks):
+    """Call a service as a request would: its after-commit effects (SIGTERM, ...) run."""
+
+    def call(service, **kw):
+        with django_capture_on_commit_callbacks(execute=True):
+            return service(**kw)
+
+    return call
+
+
+def wait_for(job, phases, tick, timeout=20.0, **kw):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tick(**kw)
+        job.refresh_from_db()
+        if job.phase in phases:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job stayed {job.phase} ({job.status}: {job.message})")
+
+
+class NeverStarts(LocalBackend):
+    """A cluster where pods are created but never get a node: every replica stays ContainerCreating."""
+
+    def observe(self, **kw):
+        return [ReplicaObservation(o.rank, ReplicaState.STARTING, status="ContainerCreating")
+                if o.state == ReplicaState.RUNNING else o for o in super().observe(**kw)]
+
+
+def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clock, settings):
+    settings.JOBSITE_REQUEUE_LIMIT = 2
+    backend = NeverStarts(root=settings.JOBSITE_LOCAL_ROOT)
+    job = submit("bob", command="sleep 600")
+    t = timezone.now()
+    clock(now=t, backend=backend)
+    clock(now=t, backend=backend)  # launched, preparing
+    job.refresh_from_db()
+    assert job.phase == Phase.PREPARING
+
+    for n, delay in [(1, 60), (2, 120)]:
+        t += timedelta(seconds=181)
+        clock(now=t, backend=backend)  # stuck: terminate and requeue
+        job.refresh_from_db()
+        assert job.reason == "Requeued" and f"requeued ({n}/2), eligible again in {delay} s" in job.message
+        wait_for(job, {Phase.PENDING}, clock, now=t, backend=backend)
+        assert job.reason == "Requeued"
+        clock(now=t + timedelta(seconds=delay - 1), backend=backend)  # still backing off: not admitted
+        job.refresh_from_db()
+        assert job.phase == Phase.PENDING
+        t += timedelta(seconds=delay)
+        clock(now=t, backend=backend)
+        job.refresh_from_db()
+        assert job.phase == Phase.PREPARING and job.current_attempt.number == n + 1
+
+    clock(now=t, backend=backend)
+    t += timedelta(seconds=181)
+    clock(now=t, backend=backend)
+    wait_for(job, {Phase.FAILED}, clock, now=t, backend=backend)
+    assert job.reason == "RequeueLimitExceeded"
+    assert job.backoff_limit == 6 and job.attempts.filter(outcome="Requeued").count() == 2
+
+
+def test_interactive_job_restarts_in_place_and_closes_as_deleted(submit, clock, act, world):
+    job = submit("bob", command="echo up; exit 2", job_type="interactive")
+    assert job.active_deadline_seconds == 12 * 3600  # its own default timeout
+    wait_for(job, {Phase.RUNNING}, clock)
+    deadline = time.monotonic() + 10
+    while job.status != "CrashLoopBackOff" and time.monotonic() < deadline:
+        clock()
+        job.refresh_from_db()
+    assert (job.phase, job.status, job.exit_code) == (Phase.RUNNING, "CrashLoopBackOff", 2)
+    assert "restart #1 in 10 s" in job.message
+    clock(now=job.retry_at + timedelta(seconds=1))  # after the delay: restarted in the same attempt
+    job.refresh_from_db()
+    assert job.reason == "Restarted" and job.attempts.count() == 1
+    deadline = time.monotonic() + 10
+    log = get_backend().log_path(job_id=job.pk, attempt_number=1, rank=0)
+    while log.read_text().count("up") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert log.read_text().count("up") == 2
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock)
+    assert job.status == "Deleted"  # never SUCCEEDED: closed by its user
+
+
+def test_stopped_job_restarts_as_attempt_2(submit, clock, act, world):
+    job = submit("bob", command="echo run $JOB_ATTEMPT; sleep 600")
+    wait_for(job, {Phase.RUNNING}, clock)
+    act(services.job_cancel, job=job, by=world.users["bob"], stop=True)
+    wait_for(job, {Phase.CANCELLED}, clock)
+    assert (job.status, job.reason) == ("Stopped", "StoppedByUser")
+    act(services.job_restart, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.RUNNING}, clock)
+    assert job.current_attempt.number == 2
+    assert "Restarted" in job.events.values_list("reason", flat=True)
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock)
+
+
+def test_restart_refuses_running_and_succeeded_jobs(submit, clock, act, world):
+    from django.core.exceptions import ValidationError
+
+    job = submit("bob", command="true")
+    with pytest.raises(ValidationError, match="stop it first"):
+        act(services.job_restart, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.SUCCEEDED}, clock)
+    with pytest.raises(ValidationError, match="clone it"):
+        act(services.job_restart, job=job, by=world.users["bob"])
+
+
+def test_lost_replica_goes_unknown_then_retried_without_spending_backoff(submit, clock, act, settings):
+    job = submit("bob", command="echo attempt $JOB_ATTEMPT; sleep 600", backoff_limit=0)
+    wait_for(job, {Phase.RUNNING}, clock)
+    state = get_backend().root / "state" / f"job-{job.pk}" / "attempt-1" / "replica-0"
+    os.killpg(int((state / "runner.pid").read_text().split()[0]), signal.SIGKILL)  # the supervisor dies
+    wait_for(job, {Phase.UNKNOWN}, clock)
+    assert job.reason == "NodeUnresponsive" and "supervisor of replica 0" in job.message
+    clock(now=timezone.now() + timedelta(seconds=settings.JOBSITE_NODE_LOST_GRACE_SECONDS + 1))
+    job.refresh_from_db()
+    assert job.phase in (Phase.PENDING, Phase.PREPARING, Phase.RUNNING)
+    assert job.attempts.get(number=1).outcome == "NodeLost"
+    wait_for(job, {Phase.RUNNING}, clock)
+    assert job.current_attempt.number == 2  # retried although backoff_limit is 0
+    act(services.job_cancel, job=job, by=job.user)
+    wait_for(job, {Phase.CANCELLED}, clock)
+
+
+def test_pending_reason_names_the_quota_with_numbers(submit, clock):
+    submit("bob", "gpu-4", command="sleep 600")
+    waiting = submit("pan", "gpu-2", command="true")
+    schedule_pass()
+    waiting.refresh_from_db()
+    assert waiting.reason == "GroupQuota"
+    assert waiting.message == "waiting for group GPU quota of phusers: 4 GPU used of 4 GPU, asks 2 GPU"
+    assert waiting.queue_position == 1
