@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -44,6 +45,16 @@ class LaunchSpec:
     command: str
     image: str
     replicas: list[LaunchReplica]
+    # What a cluster backend needs to build pods (the local backend ignores them).
+    job_name: str = ""
+    job_type: str = "training"
+    user: str = ""
+    group: str = ""
+    group_volume: str = ""  # Group.volume_path
+    request: dict[str, int] = field(default_factory=dict)  # per replica: gpu, cpu (millicores), memory (bytes)
+    node_selector: dict[str, str] = field(default_factory=dict)  # from the instance type
+    tolerations: list[dict] = field(default_factory=list)  # from the instance type
+    deadline: datetime | None = None  # admitted_at + active_deadline_seconds
 
 
 class LaunchError(Exception):
