@@ -170,19 +170,22 @@ class JobSpec:
     ttl_seconds_after_finished: int
 
 
-def _quota_problem(group: Group, instance_type: InstanceType, replicas: int) -> str | None:
-    from scheduler.core import fmt_amount
+def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, preemptible: bool) -> str | None:
+    """Why a request can never fit the group's quotas (a preemptible job may borrow up to the limit), or None."""
+    from scheduler.core import QuotaLimits, fmt_amount
 
     request = instance_type.request
     for q in GroupQuota.objects.filter(group=group):
         total = request[q.resource] * replicas
-        label = Resource(q.resource).label
+        label = Resource(q.resource).label.split(" ")[0]
         if q.user_quota is not None and total > q.user_quota:
             return (f"asks {fmt_amount(q.resource, total)}, more than the user {label} quota "
                     f"{fmt_amount(q.resource, q.user_quota)} in {group.name}")
-        if q.quota is not None and total > q.quota:
-            return (f"asks {fmt_amount(q.resource, total)}, more than the group {label} quota "
-                    f"{fmt_amount(q.resource, q.quota)} of {group.name}")
+        ceiling = QuotaLimits(q.quota, q.limit, q.user_quota).ceiling(preemptible)
+        if ceiling is not None and total > ceiling:
+            what = "limit" if ceiling != q.quota else "quota"
+            return (f"asks {fmt_amount(q.resource, total)}, more than the group {label} {what} "
+                    f"{fmt_amount(q.resource, ceiling)} of {group.name}")
     return None
 
 
@@ -241,7 +244,7 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
         errors["replicas"] = f"Use 1 to {limits.REPLICAS_MAX} replicas."
 
     if group and instance_type and "instance_type" not in errors and "replicas" not in errors:
-        problem = _quota_problem(group, instance_type, replicas)
+        problem = _quota_problem(group, instance_type, replicas, bool(data.get("preemptible")))
         if problem:
             errors["replicas" if replicas > 1 else "instance_type"] = f"This job can never run: it {problem}."
 

@@ -8,5 +8,7 @@ urlpatterns = [
     path("jobs/new/", views.job_submit, name="submit"),
     path("jobs/<int:pk>/", views.job_detail, name="detail"),
     path("jobs/<int:pk>/cancel/", views.job_cancel, name="cancel"),
+    path("jobs/<int:pk>/stop/", views.job_stop, name="stop"),
+    path("jobs/<int:pk>/restart/", views.job_restart, name="restart"),
     path("jobs/<int:pk>/attempts/<int:number>/replicas/<int:rank>/log", views.job_log, name="log"),
 ]

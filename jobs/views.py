@@ -6,7 +6,6 @@ Views stay thin: reads go through ``jobs.selectors``, writes through ``jobs.serv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,9 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from scheduler.backends import get_backend
-
-from . import selectors, services
+from . import logs, selectors, services
 from .choices import Phase
 from .filtersets import JobFilterSet
 from .forms import JobFilterForm, JobSubmitForm, initial_from_job
@@ -132,34 +129,6 @@ class ReplicaLog:
     inline: bool = True
 
 
-def _log_path(attempt: Attempt, rank: int) -> Path | None:
-    try:
-        backend = get_backend(attempt.backend)
-    except ValueError:
-        return None
-    return backend.log_path(job_id=attempt.job_id, attempt_number=attempt.number, rank=rank)
-
-
-def _read_tail(path: Path | None) -> tuple[str | None, int, bool]:
-    """The last LOG_TAIL_BYTES of a log as text, its size and whether it was cut; (None, 0, False) if missing."""
-    if path is None:
-        return None, 0, False
-    try:
-        with path.open("rb") as f:
-            size = f.seek(0, 2)
-            start = max(size - LOG_TAIL_BYTES, 0)
-            f.seek(start)
-            data = f.read(LOG_TAIL_BYTES)
-    except (FileNotFoundError, NotADirectoryError):
-        return None, 0, False
-    if start:
-        # Start at a line boundary rather than in the middle of a line (or of a UTF-8 character).
-        newline = data.find(b"\n")
-        if 0 <= newline < len(data) - 1:
-            data = data[newline + 1:]
-    return data.decode("utf-8", errors="replace"), size, bool(start)
-
-
 def _attempt_logs(job: Job, attempts: list[Attempt]) -> list[tuple[Attempt, list[ReplicaLog]]]:
     result = []
     budget = LOG_INLINE_MAX
@@ -170,7 +139,9 @@ def _attempt_logs(job: Job, attempts: list[Attempt]) -> list[tuple[Attempt, list
             entry = ReplicaLog(rank=rank, url=url, inline=budget > 0)
             if entry.inline:
                 budget -= 1
-                entry.text, entry.size, entry.truncated = _read_tail(_log_path(attempt, rank))
+                tail = logs.read_tail(logs.log_path(attempt, rank), LOG_TAIL_BYTES)
+                if tail:
+                    entry.text, entry.size, entry.truncated = tail.text, tail.size, tail.truncated
             replicas.append(entry)
         result.append((attempt, replicas))
     return result
@@ -181,10 +152,12 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = _visible_job(request, pk)
     attempts = list(job.attempts.order_by("number"))
     terminal = is_terminal(job.phase)
+    can_act = selectors.job_can_act(request.user, job)
     return render(request, "jobs/job_detail.html", {
         "job": job,
         "terminal": terminal,
-        "can_cancel": not terminal and selectors.job_can_act(request.user, job),
+        "can_cancel": not terminal and can_act,
+        "can_restart": terminal and job.phase != Phase.SUCCEEDED and can_act,
         "events": selectors.job_events(job),
         "attempts": attempts,
         "logs": _attempt_logs(job, attempts),
@@ -193,22 +166,44 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     })
 
 
+def _act(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """Cancel, stop or restart a job: POST only, for its owner, its group's admins and superusers."""
+    job = _visible_job(request, pk)
+    if not selectors.job_can_act(request.user, job):
+        raise PermissionDenied(f"Only the job's owner, an admin of its group or a superuser may {action} it.")
+    try:
+        if action == "restart":
+            job = services.job_restart(job=job, by=request.user)
+        else:
+            job = services.job_cancel(job=job, by=request.user, stop=action == "stop")
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("jobs:detail", pk=job.pk)
+    if action == "restart":
+        messages.success(request, f"Job #{job.pk} is back in the queue of {job.group.name}.")
+    elif job.phase == Phase.TERMINATING:
+        messages.success(request, f"Job #{job.pk} is being stopped.")
+    else:
+        messages.success(request, f"Job #{job.pk} {'stopped' if action == 'stop' else 'cancelled'}.")
+    return redirect("jobs:detail", pk=job.pk)
+
+
 @login_required
 @require_POST
 def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    job = _visible_job(request, pk)
-    if not selectors.job_can_act(request.user, job):
-        raise PermissionDenied("Only the job's owner, an admin of its group or a superuser may cancel it.")
-    try:
-        job = services.job_cancel(job=job, by=request.user)
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-    else:
-        if job.phase == Phase.TERMINATING:
-            messages.success(request, f"Job #{job.pk} is being stopped.")
-        else:
-            messages.success(request, f"Job #{job.pk} cancelled.")
-    return redirect("jobs:detail", pk=job.pk)
+    return _act(request, pk, "cancel")
+
+
+@login_required
+@require_POST
+def job_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    return _act(request, pk, "stop")
+
+
+@login_required
+@require_POST
+def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
+    return _act(request, pk, "restart")
 
 
 @login_required
@@ -217,7 +212,7 @@ def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> FileRespon
     attempt = get_object_or_404(Attempt, job=job, number=number)
     if rank >= attempt.replicas:
         raise Http404("No such replica.")
-    path = _log_path(attempt, rank)
+    path = logs.log_path(attempt, rank)
     try:
         f = path.open("rb") if path else None
     except (FileNotFoundError, NotADirectoryError):

@@ -6,9 +6,6 @@ neither theirs nor in a group they administer is forbidden (403).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpResponse, StreamingHttpResponse
 from django_filters.rest_framework import DjangoFilterBackend
@@ -19,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from jobs import selectors, services
+from jobs import logs, selectors, services
 from jobs.filtersets import JobFilterSet
 from jobs.models import Job
 
@@ -29,7 +26,6 @@ from .parsers import JSONParser
 from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
 
 MAX_BODY_BYTES = 1 << 20
-LOG_CHUNK_BYTES = 64 * 1024
 TEXT_PLAIN = "text/plain; charset=utf-8"
 
 
@@ -123,6 +119,20 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         services.job_cancel(job=job, by=request.user)  # ValidationError (already ended) → 400
         return Response(JobDetailSerializer(self.get_queryset().get(pk=job.pk)).data)
 
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        """A cancel that can be restarted: the job ends CANCELLED with status Stopped."""
+        job = self.get_object()
+        services.job_cancel(job=job, by=request.user, stop=True)
+        return Response(JobDetailSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @action(detail=True, methods=["post"])
+    def restart(self, request: Request, pk: str | None = None) -> Response:
+        """Run an ended job again from the beginning, as a new attempt of the same job."""
+        job = self.get_object()
+        services.job_restart(job=job, by=request.user)  # still running / succeeded → 400
+        return Response(JobDetailSerializer(self.get_queryset().get(pk=job.pk)).data)
+
     @action(detail=True, methods=["get"], renderer_classes=[renderers.JSONRenderer, PlainTextRenderer])
     def logs(self, request: Request, pk: str | None = None) -> HttpResponse:
         """``?replica=N`` (default 0), ``?attempt=M`` (default current), ``?tail_bytes=K``: text/plain."""
@@ -146,16 +156,13 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         from scheduler.backends import get_backend
 
         try:
-            backend = get_backend(attempt.backend)
+            get_backend(attempt.backend)
         except ValueError as exc:
             raise exceptions.NotFound(f"The logs of backend '{attempt.backend}' are not available here.") from exc
-        path = backend.log_path(job_id=job.pk, attempt_number=attempt.number, rank=replica)
-        try:
-            handle = open(path, "rb")  # closed by the response, through _FileSlice.close
-        except FileNotFoundError:
-            return HttpResponse(b"", content_type=TEXT_PLAIN)
         # The file may grow while it is sent: send what it held when opened.
-        content = _FileSlice(handle, tail_bytes=tail_bytes)
+        content = logs.open_slice(logs.log_path(attempt, replica), tail_bytes=tail_bytes)
+        if content is None:
+            return HttpResponse(b"", content_type=TEXT_PLAIN)
         response = StreamingHttpResponse(content, content_type=TEXT_PLAIN)
         response["Cache-Control"] = "no-store"
         return response
@@ -172,29 +179,3 @@ def _int_param(request: Request, name: str, *, default: int | None) -> int | Non
     if value < 0:
         raise exceptions.ValidationError({name: ["Give a number of at least 0."]})
     return value
-
-
-class _FileSlice:
-    """The end of an open file, from ``size - tail_bytes`` (or the start) to its size when opened."""
-
-    def __init__(self, handle, *, tail_bytes: int | None):
-        self.handle = handle
-        try:
-            size = os.fstat(handle.fileno()).st_size
-            start = max(0, size - tail_bytes) if tail_bytes is not None else 0
-            handle.seek(start)
-        except OSError:
-            handle.close()
-            raise
-        self.remaining = size - start
-
-    def __iter__(self) -> Iterator[bytes]:
-        while self.remaining > 0:
-            chunk = self.handle.read(min(LOG_CHUNK_BYTES, self.remaining))
-            if not chunk:
-                break
-            self.remaining -= len(chunk)
-            yield chunk
-
-    def close(self) -> None:
-        self.handle.close()

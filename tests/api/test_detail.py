@@ -10,7 +10,7 @@ from .conftest import job_url
 FIELDS = {
     "id", "name", "group", "user", "image", "instance_type", "command", "env", "replicas", "job_type", "priority",
     "preemptible", "backoff_limit", "active_deadline_seconds", "ttl_seconds_after_finished", "request", "phase",
-    "status", "color", "color_name", "reason", "message", "exit_code", "queue_position", "created_at",
+    "status", "color", "color_name", "reason", "message", "exit_code", "queue_position", "over_quota", "created_at",
     "admitted_at", "started_at", "finished_at", "current_attempt", "attempts", "events",
 }
 

@@ -1,0 +1,95 @@
+"""Reading replica logs, for the pages and the API alike. Logs are files the backend keeps (local: written by
+the replica; Kubernetes: archived from the pod log API), so reading never needs the cluster."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from .models import Attempt
+
+CHUNK_BYTES = 64 * 1024
+
+
+def log_path(attempt: Attempt, rank: int) -> Path | None:
+    """Where the log of replica ``rank`` of ``attempt`` is kept; None if its backend is unknown here."""
+    from scheduler.backends import get_backend
+
+    try:
+        backend = get_backend(attempt.backend)
+    except ValueError:
+        return None
+    return backend.log_path(job_id=attempt.job_id, attempt_number=attempt.number, rank=rank)
+
+
+@dataclass(frozen=True)
+class LogTail:
+    text: str
+    size: int  # of the whole file
+    truncated: bool  # the text starts after the file's start
+
+
+def read_tail(path: Path | None, max_bytes: int) -> LogTail | None:
+    """The last ``max_bytes`` of a log as text, starting at a line boundary; None if there is no log yet."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(size - max_bytes, 0)
+            f.seek(start)
+            data = f.read(max_bytes)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if start:  # not in the middle of a line (or of a UTF-8 character)
+        newline = data.find(b"\n")
+        if 0 <= newline < len(data) - 1:
+            data = data[newline + 1:]
+    return LogTail(data.decode("utf-8", errors="replace"), size, bool(start))
+
+
+class FileSlice:
+    """Bytes [start, end) of an open log, end being its size when opened (it may grow while it is sent).
+
+    An iterable for a streaming response; closes the file when the response is closed.
+    """
+
+    def __init__(self, handle: BinaryIO, *, start: int | None = None, end: int | None = None,
+                 tail_bytes: int | None = None):
+        self.handle = handle
+        try:
+            size = os.fstat(handle.fileno()).st_size
+        except OSError:
+            handle.close()
+            raise
+        self.size = size
+        stop = size if end is None else min(end, size)
+        begin = max(0, stop - tail_bytes) if tail_bytes is not None else (start or 0)
+        self.start = min(begin, stop)
+        self.remaining = stop - self.start
+        handle.seek(self.start)
+
+    def __iter__(self) -> Iterator[bytes]:
+        while self.remaining > 0:
+            chunk = self.handle.read(min(CHUNK_BYTES, self.remaining))
+            if not chunk:
+                break
+            self.remaining -= len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def open_slice(path: Path | None, **kw: int | None) -> FileSlice | None:
+    """A FileSlice of the log at ``path``, or None if there is no log yet."""
+    if path is None:
+        return None
+    try:
+        handle = open(path, "rb")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return FileSlice(handle, **kw)
