@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import F, QuerySet, Sum
+from django.db.models import Count, F, QuerySet, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
 
-from .choices import RESOURCE_PHASES, Resource, Role
-from .models import Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership
+from .choices import QUEUED_PHASES, RESOURCE_PHASES, Resource, Role
+from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership
 
 
 def groups_of(user: AbstractBaseUser) -> QuerySet[Group]:
@@ -69,4 +73,124 @@ def quota_rows(group: Group) -> list[dict]:
         {"resource": q.resource, "quota": q.quota, "limit": q.limit, "user_quota": q.user_quota,
          "used": usage.get(q.resource, 0)}
         for q in GroupQuota.objects.filter(group=group)
+    ]
+
+
+# --- queues, utilisation, usage -----------------------------------------------------------------------------
+
+
+def group_queue(group: Group) -> QuerySet[Job]:
+    """The jobs waiting in a group's queue, in queue order (priority, then submission time)."""
+    return (
+        Job.objects.filter(group=group, phase__in=QUEUED_PHASES)
+        .select_related("user", "instance_type")
+        .order_by("-priority", "queued_at", "id")
+    )
+
+
+def group_user_usage(group: Group) -> list[dict]:
+    """Resources each user holds in a group right now, with the per-user quotas, busiest first."""
+    quotas = {q.resource: q.user_quota for q in GroupQuota.objects.filter(group=group)}
+    rows = (
+        Job.objects.filter(group=group, phase__in=RESOURCE_PHASES)
+        .values("user__username")
+        .annotate(
+            gpu=Sum(F("gpu") * F("replicas")),
+            cpu=Sum(F("cpu_millicores") * F("replicas")),
+            memory=Sum(F("memory_bytes") * F("replicas")),
+            jobs=Count("id"),
+        )
+        .order_by("-gpu", "user__username")
+    )
+    return [
+        {"user": r["user__username"], "jobs": r["jobs"],
+         "used": {res: r[res] or 0 for res in Resource.values}, "user_quota": quotas}
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class NodeUtilisation:
+    name: str
+    gpu_total: int
+    gpu_used: int
+
+    @property
+    def gpu_free(self) -> int:
+        return self.gpu_total - self.gpu_used
+
+
+def cluster_utilisation() -> dict:
+    """Nodes with their GPUs, and running / queued jobs and GPUs by user (like `mcli util`)."""
+    from scheduler.backends import get_backend
+    from scheduler.passes import nodes_with_free
+
+    nodes = [
+        NodeUtilisation(n.name, n.allocatable.get("gpu", 0), n.allocatable.get("gpu", 0) - n.free.get("gpu", 0))
+        for n in nodes_with_free(get_backend())
+    ]
+    by_user: dict[str, dict] = {}
+    for row in (
+        Job.objects.filter(phase__in=RESOURCE_PHASES | QUEUED_PHASES)
+        .values("user__username", "phase")
+        .annotate(jobs=Count("id"), gpu=Sum(F("gpu") * F("replicas")))
+    ):
+        entry = by_user.setdefault(row["user__username"], {"user": row["user__username"], "running": 0,
+                                                           "running_gpu": 0, "queued": 0, "queued_gpu": 0})
+        kind = "running" if row["phase"] in RESOURCE_PHASES else "queued"
+        entry[kind] += row["jobs"]
+        entry[f"{kind}_gpu"] += row["gpu"] or 0
+    total = sum(n.gpu_total for n in nodes)
+    used = sum(n.gpu_used for n in nodes)
+    return {
+        "nodes": nodes,
+        "gpu_total": total,
+        "gpu_used": used,
+        "gpu_free": total - used,
+        "users": sorted(by_user.values(), key=lambda e: (-e["running_gpu"], -e["queued_gpu"], e["user"])),
+    }
+
+
+def gpu_usage(
+    user: AbstractBaseUser,
+    *,
+    since: date,
+    until: date,
+    group: str | None = None,
+    username: str | None = None,
+    now: datetime | None = None,
+) -> list[dict]:
+    """GPU-hours per day, group and user, over the groups ``user`` may see.
+
+    An attempt counts from entering PREPARING to leaving TERMINATING (GPUs × time), on the day it started;
+    attempts still holding GPUs count up to ``now``.
+    """
+    now = now or timezone.now()
+    attempts = Attempt.objects.filter(started_at__date__gte=since, started_at__date__lte=until, gpu__gt=0)
+    if not user.is_superuser:
+        attempts = attempts.filter(job__group__in=Membership.objects.filter(user=user).values("group_id"))
+    if group:
+        attempts = attempts.filter(job__group__name=group)
+    if username:
+        attempts = attempts.filter(job__user__username=username)
+    totals: dict[tuple, float] = {}
+    ended = (
+        attempts.filter(ended_at__isnull=False)
+        .annotate(day=TruncDate("started_at"))
+        .values("day", "job__group__name", "job__user__username")
+        .annotate(seconds=Sum("gpu_seconds"))
+    )
+    for row in ended:
+        key = (row["day"], row["job__group__name"], row["job__user__username"])
+        totals[key] = totals.get(key, 0.0) + (row["seconds"] or 0.0)
+    live = attempts.filter(ended_at__isnull=True).values(
+        "started_at", "gpu", "replicas", "job__group__name", "job__user__username"
+    )
+    for row in live:
+        key = (timezone.localdate(row["started_at"]), row["job__group__name"], row["job__user__username"])
+        seconds = row["gpu"] * row["replicas"] * max((now - row["started_at"]).total_seconds(), 0)
+        totals[key] = totals.get(key, 0.0) + seconds
+    return [
+        {"day": day, "group": g, "user": u, "gpu_hours": round(seconds / 3600, 3)}
+        for (day, g, u), seconds in sorted(totals.items())
     ]
