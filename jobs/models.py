@@ -238,3 +238,12 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.type} {self.reason}"
+
+
+class GpuUsage(Attempt):
+    """GPU-hours per day, group and user, read from attempts: a proxy for its admin page."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "GPU usage"
+        verbose_name_plural = "GPU usage"

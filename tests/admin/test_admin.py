@@ -451,3 +451,29 @@ def test_instance_type_with_odd_memory_saves_back_unchanged(admin_client, world)
     assert response.status_code == 302, response.content.decode()[:3000]
     it.refresh_from_db()
     assert (it.display_name, it.cpu_millicores, it.memory_bytes) == ("renamed", 1500, 1_000_000_000)
+
+
+def test_gpu_usage_page_shows_gpu_hours_per_group_and_user(client, world, submit):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs import services
+    from jobs.choices import Phase
+    from scheduler.passes import schedule_pass
+
+    t0 = timezone.now() - timedelta(hours=5)
+    job = submit("bob", "gpu-2")
+    schedule_pass(now=t0)
+    job.refresh_from_db()
+    services.job_transition(job=job, phase=Phase.SUCCEEDED, exit_code=0, now=t0 + timedelta(minutes=90))
+    client.force_login(world.users["admin"])
+    page = client.get("/admin/jobs/gpuusage/").content.decode()
+    assert "GPU usage, last 30 days" in page
+    assert "<td>phusers</td><td>bob</td><td style=\"text-align:right\">3.0</td>" in page  # 2 GPU × 1.5 h
+    assert "Total: <strong>3.0</strong>" in page
+
+
+def test_gpu_usage_page_needs_staff(client, world):
+    client.force_login(world.users["bob"])
+    assert client.get("/admin/jobs/gpuusage/").status_code == 302
