@@ -1,6 +1,7 @@
 # jobsite build / test / run plumbing.
 #
 #   make run     serve the embedded setup (SQLite, in-process scheduler, local backend) on 127.0.0.1:$(PORT)
+#   make prod    the production topology here: PostgreSQL, Redis, web, scheduler, Celery worker+beat
 #   make test    start PostgreSQL/Redis (and install Chromium) if needed, lint, then run pytest
 #   make lint    ruff check
 #   make venv    create .venv and install requirements.txt (only when it changed)
@@ -27,7 +28,7 @@ SHELL = /bin/bash
 .SHELLFLAGS = -eu -o pipefail -c
 .DEFAULT_GOAL = help
 
-.PHONY: help venv venv-dev run test lint services clean
+.PHONY: help venv venv-dev run prod test lint services clean
 
 help:
 	@sed -n 's/^#   make /make /p' $(MAKEFILE_LIST)
@@ -61,6 +62,11 @@ run: venv
 	$(RUN_ENV) $(VENV_PY) manage.py collectstatic --noinput --verbosity 0
 	$(RUN_ENV) $(VENV_PY) manage.py seed_demo
 	exec $(RUN_ENV) $(VENV_PY) manage.py serve
+
+# --- production topology on this machine (PostgreSQL, Redis, web + scheduler + Celery worker/beat) ------
+
+prod: venv
+	exec env PORT=$(PORT) scripts/run-prod.sh
 
 # --- lint and test ---------------------------------------------------------------------------------------
 

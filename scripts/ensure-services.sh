@@ -102,4 +102,4 @@ ensure_chromium() {
 
 ensure_postgres
 ensure_redis
-ensure_chromium
+[[ "${1:-}" == "--no-browser" ]] || ensure_chromium

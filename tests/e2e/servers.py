@@ -1,0 +1,49 @@
+"""Real servers, started as a user starts them: `make run` (embedded, fresh SQLite) and `make prod`."""
+
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from .api import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def make_server(target: str, var_dir: Path, **extra_env: str):
+    """Run `make <target>` as a user would, wait until it answers, yield its URL, then stop it."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(PORT=str(port), JOBSITE_VAR_DIR=str(var_dir), DEMO_PASSWORD="smoke-pass",
+               JOBSITE_LOCAL_USE_NVIDIA_SMI="false", **extra_env)
+    var_dir.mkdir(parents=True, exist_ok=True)
+    log_file = var_dir.parent / f"{target}.log"
+    log = open(log_file, "wb")
+    proc = subprocess.Popen(["make", "--no-print-directory", target], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(base + "/login/", timeout=2)
+            break
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.3)
+    try:
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            pytest.fail(f"make {target} did not serve:\n" + log_file.read_text()[-5000:])
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()

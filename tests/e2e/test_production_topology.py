@@ -1,0 +1,39 @@
+"""`make prod`: PostgreSQL, Redis, the web server, the scheduler process and a Celery worker with beat."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from .api import call
+from .servers import make_server
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def prod_server(tmp_path):
+    db = f"jobsite_prodtest_{os.getpid()}"
+    psql = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c"]
+    subprocess.run([*psql, f'DROP DATABASE IF EXISTS "{db}"'], check=True)
+    try:
+        with make_server("prod", tmp_path / "var", DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{db}",
+                         REDIS_URL="redis://127.0.0.1:6379/14") as base:
+            yield base
+    finally:
+        subprocess.run([*psql, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'], check=False)
+
+
+def test_make_prod_runs_a_job_through_celery_and_the_scheduler_process(prod_server):
+    base = prod_server
+    token = call(base, "POST", "/api/v1/auth/token/", {"username": "bob", "password": "smoke-pass"})["token"]
+    job = call(base, "POST", "/api/v1/jobs/", {"group": "phusers", "image": "base-notebook",
+                                               "instance_type": "gpu-1", "command": "echo hello from prod"},
+               token=token)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and job["phase"] not in ("SUCCEEDED", "FAILED"):
+        time.sleep(0.3)
+        job = call(base, "GET", f"/api/v1/jobs/{job['id']}/", token=token)
+    assert job["phase"] == "SUCCEEDED", job
+    assert call(base, "GET", f"/api/v1/jobs/{job['id']}/logs/", token=token).strip() == "hello from prod"
