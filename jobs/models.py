@@ -152,6 +152,7 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     terminating_since = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="End + TTL: when its leftovers are deleted.")
     cleaned_at = models.DateTimeField(null=True, blank=True, help_text="Working directories/pods deleted (TTL).")
 
     class Meta:
@@ -169,6 +170,7 @@ class Job(models.Model):
             models.Index(
                 fields=["group", "user"], condition=Q(phase__in=sorted(RESOURCE_PHASES)), name="job_holding"
             ),
+            models.Index(fields=["expires_at"], condition=Q(cleaned_at__isnull=True), name="job_ttl_due"),
         ]
 
     def __str__(self) -> str:

@@ -108,8 +108,9 @@ def job_transition(
         current.over_quota = False
     if phase in TERMINAL_PHASES:
         current.finished_at = now
+        current.expires_at = now + timedelta(seconds=current.ttl_seconds_after_finished)
     elif old_phase in TERMINAL_PHASES:
-        current.finished_at = None
+        current.finished_at = current.expires_at = None
 
     attempt = current.current_attempt
     if attempt and old_phase in RESOURCE_PHASES and phase not in RESOURCE_PHASES and attempt.ended_at is None:

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, JobType, Phase
-from jobs.models import Job
+from jobs.models import Attempt, Job
 from jobs.state_machine import InvalidTransition
 
 from .backends import get_backend
@@ -186,12 +186,12 @@ def housekeeping(*, backend: Backend | None = None, now: datetime | None = None)
                                         message=f"Retrying after {job.message}", retry_at=None)
         except InvalidTransition:
             continue
-    expired = Job.objects.filter(phase__in=TERMINAL_PHASES, cleaned_at__isnull=True, finished_at__isnull=False)
-    for job in expired.only("id", "finished_at", "ttl_seconds_after_finished").iterator():
-        if job.finished_at + timedelta(seconds=job.ttl_seconds_after_finished) > now:
-            continue
-        for attempt in job.attempts.filter(backend=backend.name):
-            cleanup = getattr(backend, "cleanup", None)
-            if cleanup:
-                cleanup(job_id=job.pk, attempt_number=attempt.number, replicas=attempt.replicas)
-        Job.objects.filter(pk=job.pk).update(cleaned_at=now)
+    due = Job.objects.filter(cleaned_at__isnull=True, expires_at__lte=now, phase__in=TERMINAL_PHASES)
+    cleanup = getattr(backend, "cleanup", None)
+    for job_id in due.values_list("id", flat=True)[:500]:
+        if cleanup:
+            for number, replicas in Attempt.objects.filter(job_id=job_id, backend=backend.name).values_list(
+                "number", "replicas"
+            ):
+                cleanup(job_id=job_id, attempt_number=number, replicas=replicas)
+        Job.objects.filter(pk=job_id).update(cleaned_at=now)
