@@ -46,6 +46,9 @@ DEFAULT_STATUS = {
 def _on_commit_effects(job_id: int, old_phase: str, new_phase: str) -> None:
     from scheduler.triggers import request_pass
 
+    from .realtime import publish_job_changes
+
+    publish_job_changes([job_id])  # never raises
     released = old_phase in RESOURCE_PHASES and new_phase not in RESOURCE_PHASES
     queued = new_phase in QUEUED_PHASES and old_phase not in QUEUED_PHASES
     if released or queued:
@@ -136,7 +139,8 @@ def job_transition(
             message=message,
         )
     transaction.on_commit(lambda: _on_commit_effects(current.pk, old_phase, phase))
-    job.__dict__.update({k: v for k, v in current.__dict__.items() if not k.startswith("_")})
+    for f in Job._meta.concrete_fields:  # the caller's instance shows the new state too
+        setattr(job, f.attname, getattr(current, f.attname))
     return current
 
 
@@ -149,6 +153,10 @@ def job_queue_info_update(updates: dict[int, tuple[str, int | None]]) -> None:
         return
     jobs = [Job(pk=pk, message=message, queue_position=position) for pk, (message, position) in updates.items()]
     Job.objects.bulk_update(jobs, ["message", "queue_position"], batch_size=1000)
+    from .realtime import publish_job_changes
+
+    changed = list(updates)
+    transaction.on_commit(lambda: publish_job_changes(changed))  # one query, one small message per job
 
 
 # --- submission ---------------------------------------------------------------------------------------------
@@ -334,7 +342,10 @@ def job_submit(*, user: AbstractBaseUser, spec: JobSpec) -> Job:
     event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
     from scheduler.triggers import request_pass
 
+    from .realtime import publish_job_changes
+
     transaction.on_commit(request_pass)
+    transaction.on_commit(lambda: publish_job_changes([job.pk]))
     return job
 
 
