@@ -35,6 +35,8 @@ class SchedulerLoop(threading.Thread):
 
     def run(self) -> None:
         log.info("scheduler loop started (backend %s, every %.1f s)", settings.JOBSITE_BACKEND, self.interval)
+        backend = get_backend()
+        getattr(backend, "start", lambda: None)()  # e.g. the Kubernetes watch, only in the scheduler process
         wake = wakeup_event()
         while not self.stopping.is_set():
             wake.clear()
@@ -48,3 +50,4 @@ class SchedulerLoop(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         wakeup_event().set()
+        getattr(get_backend(), "close", lambda: None)()

@@ -113,7 +113,7 @@ def sync_job(job: Job, *, backend: Backend, now: datetime) -> None:
 
 def _exit_message(o: ReplicaObservation, replicas: int) -> str:
     who = f"Replica {o.rank}" if replicas > 1 else "The command"
-    return f"{who} exited with code {o.exit_code}"
+    return f"{who} exited with code {o.exit_code}" + (f" ({o.status})" if o.status else "")
 
 
 def _requeue(job: Job, stuck_seconds: int, now: datetime) -> None:

@@ -7,11 +7,22 @@ from django.conf import settings
 from .base import Backend
 
 
-@cache
 def get_backend(name: str | None = None) -> Backend:
-    name = name or settings.JOBSITE_BACKEND
+    """The backend called ``name`` (default: JOBSITE_BACKEND), one instance per process and name."""
+    return _backend(name or settings.JOBSITE_BACKEND)
+
+
+@cache
+def _backend(name: str) -> Backend:
     if name == "local":
         from .local import LocalBackend
 
         return LocalBackend()
-    raise ValueError(f"Unknown JOBSITE_BACKEND '{name}' (expected 'local')")
+    if name == "kubernetes":
+        from .kubernetes import KubernetesBackend
+
+        return KubernetesBackend()
+    raise ValueError(f"Unknown JOBSITE_BACKEND '{name}' (expected 'local' or 'kubernetes')")
+
+
+get_backend.cache_clear = _backend.cache_clear  # type: ignore[attr-defined]

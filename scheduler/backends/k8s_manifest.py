@@ -1,0 +1,257 @@
+"""The pods and headless Service of an attempt, as Kubernetes API objects (plain dicts, camelCase). Pure: no I/O.
+
+One pod per replica, named ``job-<id>-<attempt>-<rank>``; a multi-replica attempt also gets a headless Service
+``job-<id>-<attempt>`` so that every replica reaches rank 0 at ``MASTER_ADDR``. The pod layout follows PrimeHub:
+the working directory is an emptyDir at /home/jovyan with a size limit, the group volume is mounted at
+/project/<group> and datasets at /datasets/<name>, both linked from the working directory by a small init
+container.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from .base import LaunchReplica, LaunchSpec
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "jobsite"
+LABEL_JOB = "jobsite/job-id"
+LABEL_ATTEMPT = "jobsite/attempt"
+LABEL_REPLICA = "jobsite/replica"
+LABEL_GROUP = "jobsite/group"
+SELECTOR = f"{MANAGED_BY}={MANAGER}"
+
+CONTAINER = "main"
+WORKDIR = "/home/jovyan"
+MASTER_PORT = 29500
+GPU_RESOURCE = "nvidia.com/gpu"
+TERMINATION_GRACE_SECONDS = 30
+# The pod's own deadline is a backstop for when jobsite is down: jobsite times the job out first.
+DEADLINE_MARGIN_SECONDS = 60
+# Environment the device plugin sets for the container; the scheduler's local GPU ids mean nothing here.
+DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+
+
+def pod_name(job_id: int, attempt_number: int, rank: int) -> str:
+    return f"job-{job_id}-{attempt_number}-{rank}"
+
+
+def service_name(job_id: int, attempt_number: int) -> str:
+    return f"job-{job_id}-{attempt_number}"
+
+
+def attempt_labels(job_id: int, attempt_number: int) -> dict[str, str]:
+    return {MANAGED_BY: MANAGER, LABEL_JOB: str(job_id), LABEL_ATTEMPT: str(attempt_number)}
+
+
+def is_managed(obj: dict) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == MANAGER
+
+
+def attempt_of(obj: dict) -> tuple[int, int, int | None] | None:
+    """(job id, attempt number, rank or None) from an object's labels; None when they are missing or bad."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    try:
+        rank = labels.get(LABEL_REPLICA)
+        return int(labels[LABEL_JOB]), int(labels[LABEL_ATTEMPT]), int(rank) if rank is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class PodDefaults:
+    """Cluster-wide pod settings (from JOBSITE_K8S_* settings)."""
+
+    namespace: str
+    workdir_size: str = "5Gi"
+    image_pull_secrets: tuple[str, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict] = field(default_factory=list)
+    affinity: dict = field(default_factory=dict)
+    datasets: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_settings(cls, namespace: str | None = None) -> PodDefaults:
+        return cls(
+            namespace=namespace or settings.JOBSITE_K8S_NAMESPACE,
+            workdir_size=settings.JOBSITE_K8S_WORKDIR_SIZE,
+            image_pull_secrets=tuple(s for s in settings.JOBSITE_K8S_IMAGE_PULL_SECRETS if s),
+            node_selector=dict(settings.JOBSITE_K8S_DEFAULT_NODE_SELECTOR or {}),
+            tolerations=list(settings.JOBSITE_K8S_DEFAULT_TOLERATIONS or []),
+            affinity=dict(settings.JOBSITE_K8S_DEFAULT_AFFINITY or {}),
+            datasets=list(settings.JOBSITE_K8S_DATASETS or []),
+        )
+
+
+def group_volume_source(path: str) -> dict[str, Any]:
+    """A pod volume source for Group.volume_path.
+
+    ``pvc:<claim>`` or a bare name: that PersistentVolumeClaim; ``nfs://server/export``: an NFS export;
+    an absolute path: a directory on the node (hostPath), e.g. a shared filesystem every node mounts.
+    """
+    path = path.strip()
+    if path.startswith("pvc:"):
+        return {"persistentVolumeClaim": {"claimName": path[4:]}}
+    if path.startswith("nfs://"):
+        server, _, export = path[len("nfs://"):].partition("/")
+        return {"nfs": {"server": server, "path": "/" + export}}
+    if path.startswith("/"):
+        return {"hostPath": {"path": path, "type": "Directory"}}
+    return {"persistentVolumeClaim": {"claimName": path}}
+
+
+def merge_tolerations(defaults: list[dict], extra: list[dict]) -> list[dict]:
+    """Defaults then the instance type's, without duplicates (same key, operator, value and effect)."""
+    result, seen = [], set()
+    for t in [*defaults, *extra]:
+        key = (t.get("key"), t.get("operator", "Equal"), t.get("value"), t.get("effect"))
+        if key not in seen:
+            seen.add(key)
+            result.append(dict(t))
+    return result
+
+
+def resources(request: dict[str, int]) -> dict[str, dict[str, str]]:
+    """Requests equal to limits (Guaranteed QoS): CPU in millicores, memory in bytes, GPUs as nvidia.com/gpu."""
+    amounts: dict[str, str] = {}
+    if request.get("cpu"):
+        amounts["cpu"] = f"{int(request['cpu'])}m"
+    if request.get("memory"):
+        amounts["memory"] = str(int(request["memory"]))
+    if request.get("gpu"):
+        amounts[GPU_RESOURCE] = str(int(request["gpu"]))
+    if not amounts:
+        return {}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _datasets_for(spec: LaunchSpec, defaults: PodDefaults) -> list[dict]:
+    """The configured datasets this job's group may use (names must be DNS labels: they name volumes)."""
+    return [d for d in defaults.datasets
+            if DNS_LABEL.match(str(d.get("name", ""))) and (not d.get("groups") or spec.group in d["groups"])]
+
+
+def build_service(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, Any] | None:
+    """The headless Service of a multi-replica attempt (its pods' DNS names), or None for one replica."""
+    if len(spec.replicas) < 2:
+        return None
+    labels = attempt_labels(spec.job_id, spec.attempt_number)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(spec.job_id, spec.attempt_number),
+            "namespace": defaults.namespace,
+            "labels": dict(labels),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": dict(labels),
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "dist", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *, now: datetime) -> dict[str, Any]:
+    name = pod_name(spec.job_id, spec.attempt_number, replica.rank)
+    labels = {**attempt_labels(spec.job_id, spec.attempt_number), LABEL_REPLICA: str(replica.rank)}
+    if spec.group:
+        labels[LABEL_GROUP] = spec.group
+    annotations = {k: v for k, v in {"jobsite/job-name": spec.job_name, "jobsite/user": spec.user}.items() if v}
+
+    env = {k: v for k, v in replica.env.items() if k not in DEVICE_ENV}
+    multi = len(spec.replicas) > 1
+    if multi:
+        svc = service_name(spec.job_id, spec.attempt_number)
+        env["MASTER_ADDR"] = f"{pod_name(spec.job_id, spec.attempt_number, 0)}.{svc}"
+        env["MASTER_PORT"] = str(MASTER_PORT)
+
+    volumes: list[dict] = [
+        {"name": "workdir", "emptyDir": {"sizeLimit": defaults.workdir_size}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    mounts: list[dict] = [
+        {"name": "workdir", "mountPath": WORKDIR},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    links: list[tuple[str, str]] = []
+    if spec.group_volume and spec.group:
+        volumes.append({"name": "group", **group_volume_source(spec.group_volume)})
+        mounts.append({"name": "group", "mountPath": f"/project/{spec.group}"})
+        links.append((f"/project/{spec.group}", f"{WORKDIR}/{spec.group}"))
+    datasets = _datasets_for(spec, defaults)
+    for d in datasets:
+        volume = f"dataset-{d['name']}"
+        volumes.append({"name": volume, **d.get("volume", {})})
+        mounts.append({"name": volume, "mountPath": f"/datasets/{d['name']}", "readOnly": True})
+    if datasets:
+        links.append(("/datasets", f"{WORKDIR}/datasets"))
+
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "command": ["/bin/bash", "-c", spec.command],
+        "workingDir": WORKDIR,
+        "env": [{"name": k, "value": str(v)} for k, v in env.items()],
+        "volumeMounts": mounts,
+    }
+    container_resources = resources(spec.request)
+    if container_resources:
+        container["resources"] = container_resources
+
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Always" if spec.job_type == "interactive" else "Never",
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if links:
+        script = "set -e; " + "; ".join(f"ln -sfn {shlex.quote(src)} {shlex.quote(dst)}" for src, dst in links)
+        pod_spec["initContainers"] = [{
+            "name": "workdir-links",
+            "image": spec.image,
+            "command": ["/bin/sh", "-c", script],
+            "volumeMounts": [{"name": "workdir", "mountPath": WORKDIR}],
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+        }]
+    node_selector = {**defaults.node_selector, **(spec.node_selector or {})}
+    if node_selector:
+        pod_spec["nodeSelector"] = {k: str(v) for k, v in node_selector.items()}
+    tolerations = merge_tolerations(defaults.tolerations, spec.tolerations or [])
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if defaults.affinity:
+        pod_spec["affinity"] = defaults.affinity
+    if defaults.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in defaults.image_pull_secrets]
+    if spec.deadline is not None:
+        remaining = math.ceil((spec.deadline - now).total_seconds())
+        pod_spec["activeDeadlineSeconds"] = max(remaining, 1) + DEADLINE_MARGIN_SECONDS
+    if multi:
+        pod_spec["hostname"] = name
+        pod_spec["subdomain"] = service_name(spec.job_id, spec.attempt_number)
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": defaults.namespace, "labels": labels, "annotations": annotations},
+        "spec": pod_spec,
+    }
+
+
+def build_attempt(spec: LaunchSpec, defaults: PodDefaults, *, now: datetime) -> tuple[dict | None, list[dict]]:
+    """The Service (or None) and the pods of an attempt, in creation order."""
+    return build_service(spec, defaults), [build_pod(spec, r, defaults, now=now) for r in spec.replicas]

@@ -1,0 +1,544 @@
+"""The Kubernetes backend: one pod per replica through the official client, kept true by list+watch.
+
+- launch: the attempt's headless Service (multi-replica) and pods, built by ``k8s_manifest``; transient API
+  errors (5xx, 429, timeouts) are retried with backoff, 409 AlreadyExists means it was already created, any
+  other 4xx is a ``LaunchError``. A launch cut short by an API outage is retried by ``observe``.
+- observe: reads an informer's cache of the managed pods (a direct GET when the cache has no answer), maps each
+  pod with ``k8s_status.observe_pod``, keeps the replicas' archived logs current from the pod log API and turns
+  the pods' Kubernetes Events into job events.
+- stop / cleanup / reconcile: always archive a pod's log before deleting it. ``reconcile`` (after every full
+  relist, and callable) deletes managed pods and services that belong to no live attempt.
+- nodes: the Ready nodes' allocatable GPUs/CPU/memory when JOBSITE_K8S_CHECK_CAPACITY is on, else none.
+
+The verbs it uses are listed in ``RBAC_RULES``; deploy/rbac.yaml grants exactly those (a test checks both).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from django.conf import settings
+from django.db import close_old_connections, connections
+from django.db.models import F
+from django.utils import timezone
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from scheduler.core import Node
+
+from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
+from .k8s_informer import Informer
+from .k8s_manifest import (
+    CONTAINER,
+    GPU_RESOURCE,
+    SELECTOR,
+    TERMINATION_GRACE_SECONDS,
+    PodDefaults,
+    attempt_of,
+    build_attempt,
+    is_managed,
+    pod_name,
+    service_name,
+)
+from .k8s_status import observe_pod
+
+log = logging.getLogger(__name__)
+
+# What the backend calls, as RBAC rules (resource -> verbs) of the core API group. Namespaced: a Role.
+RBAC_RULES: dict[str, frozenset[str]] = {
+    "pods": frozenset({"create", "get", "list", "watch", "delete"}),
+    "pods/log": frozenset({"get"}),
+    "services": frozenset({"create", "list", "delete"}),
+    "events": frozenset({"list", "watch"}),
+}
+# Cluster-scoped, only with JOBSITE_K8S_CHECK_CAPACITY: a ClusterRole (deploy/components/capacity).
+CAPACITY_RBAC_RULES: dict[str, frozenset[str]] = {"nodes": frozenset({"list"})}
+
+REQUEST_TIMEOUT = (10, 60)  # connect, read (seconds)
+
+
+class KubernetesUnavailable(Exception):
+    """The API server kept failing (5xx, 429, network) through every retry."""
+
+
+def load_api_client() -> client.ApiClient:
+    """The in-cluster service account inside a pod, else KUBECONFIG (or ~/.kube/config)."""
+    configuration = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        # Read KUBECONFIG now (the client reads it once, at import); it may list several files.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status in (0, None, 429) or exc.status >= 500
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+def api_message(exc: ApiException) -> str:
+    """The Status message of an API error, else its reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    return str(body.get("message") or exc.reason or exc.status)
+
+
+def parse_quantity(value: Any) -> float:
+    from kubernetes.utils import parse_quantity as parse
+
+    return float(parse(str(value)))
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+
+    # Every backend made (tests stop their watches through this).
+    instances: weakref.WeakSet[KubernetesBackend] = weakref.WeakSet()
+
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        *,
+        namespace: str | None = None,
+        log_root: Path | str | None = None,
+        background_reconcile: bool | None = None,
+    ):
+        self._api_client = api_client
+        self.namespace = namespace or settings.JOBSITE_K8S_NAMESPACE
+        self.log_root = Path(log_root or settings.JOBSITE_LOG_ROOT)
+        self.defaults = PodDefaults.from_settings(self.namespace)
+        self.retries = settings.JOBSITE_K8S_API_RETRIES
+        self.retry_base = settings.JOBSITE_K8S_API_RETRY_BASE_SECONDS
+        self.image_pull_grace = settings.JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS
+        self.log_refresh = settings.JOBSITE_K8S_LOG_REFRESH_SECONDS
+        self.background_reconcile = (settings.JOBSITE_K8S_BACKGROUND_RECONCILE if background_reconcile is None
+                                     else background_reconcile)
+        self._start_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._pods: Informer | None = None
+        self._events: Informer | None = None
+        self._log_fetched: dict[str, float] = {}  # pod name -> monotonic time of the last archive
+        self._log_final: set[str] = set()  # pods whose ended container's log is archived
+        self._seen_events: set[tuple[str, int]] = set()
+        self._unlaunched: dict[tuple[int, int], LaunchSpec] = {}  # launches an API outage cut short
+        KubernetesBackend.instances.add(self)
+
+    # --- plumbing ----------------------------------------------------------------------------------------
+
+    @cached_property
+    def api_client(self) -> client.ApiClient:
+        return self._api_client or load_api_client()
+
+    @cached_property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client)
+
+    def _call(self, fn: Callable[..., Any], *args: Any, retries: int | None = None, **kwargs: Any) -> Any:
+        """Call the API, retrying transient failures with doubling backoff; other errors are raised at once."""
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        retries = self.retries if retries is None else retries
+        delay = self.retry_base
+        for attempt in range(retries + 1):
+            try:
+                return fn(*args, **kwargs)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                if not is_transient(exc):
+                    raise
+                if attempt == retries:
+                    raise KubernetesUnavailable(f"{getattr(fn, '__name__', fn)}: {_describe(exc)}") from exc
+                log.warning("Kubernetes API %s failed (%s); retry %d/%d in %.1f s", getattr(fn, "__name__", fn),
+                            _describe(exc), attempt + 1, retries, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    def _delete(self, fn: Callable[..., Any], name: str, **kwargs: Any) -> bool:
+        """Delete, treating 404 as done. True if something was deleted."""
+        try:
+            self._call(fn, name, self.namespace, **kwargs)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    # --- informers ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start watching the managed pods and their events (idempotent; done lazily by observe and nodes)."""
+        with self._start_lock:
+            if self._pods is None:
+                common = dict(resync_seconds=settings.JOBSITE_K8S_RESYNC_SECONDS,
+                              watch_timeout=settings.JOBSITE_K8S_WATCH_TIMEOUT_SECONDS, retry_base=self.retry_base)
+                self._pods = Informer(
+                    name="pods", list_func=self.core.list_namespaced_pod, namespace=self.namespace,
+                    list_kwargs={"label_selector": SELECTOR}, accept=is_managed, on_relist=self._after_relist,
+                    **common,
+                )
+                self._events = Informer(
+                    name="events", list_func=self.core.list_namespaced_event, namespace=self.namespace,
+                    list_kwargs={"field_selector": "involvedObject.kind=Pod"}, accept=_is_job_pod_event,
+                    index=lambda e: (e.get("involvedObject") or {}).get("name"), **common,
+                )
+            self._pods.start()
+            self._events.start()
+
+    def close(self) -> None:
+        """Stop the watches (their threads end at once)."""
+        for informer in (self._pods, self._events):
+            if informer is not None:
+                informer.stop()
+
+    @property
+    def pods_informer(self) -> Informer | None:
+        return self._pods
+
+    @property
+    def events_informer(self) -> Informer | None:
+        return self._events
+
+    def _after_relist(self) -> None:
+        if not self.background_reconcile:
+            return
+        close_old_connections()
+        try:
+            self.reconcile()
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    # --- the interface -----------------------------------------------------------------------------------
+
+    def nodes(self) -> list[Node]:
+        self.start()
+        if not settings.JOBSITE_K8S_CHECK_CAPACITY:
+            return []
+        data = json.loads(self._call(self.core.list_node, _preload_content=False).data or b"{}")
+        wanted = self.defaults.node_selector
+        result = []
+        for node in data.get("items") or []:
+            meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            labels = meta.get("labels") or {}
+            if not ready or spec.get("unschedulable") or any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            alloc = status.get("allocatable") or {}
+            allocatable = {
+                "gpu": int(parse_quantity(alloc.get(GPU_RESOURCE, 0))),
+                "cpu": int(parse_quantity(alloc.get("cpu", 0)) * 1000),
+                "memory": int(parse_quantity(alloc.get("memory", 0))),
+            }
+            result.append(Node(name=meta.get("name", ""), allocatable=allocatable, free=dict(allocatable),
+                               free_gpu_ids=None))
+        return result
+
+    def launch(self, spec: LaunchSpec) -> dict:
+        return self._launch(spec, retries=None)
+
+    def _launch(self, spec: LaunchSpec, *, retries: int | None) -> dict:
+        key = (spec.job_id, spec.attempt_number)
+        service, pods = build_attempt(spec, self.defaults, now=timezone.now())
+        try:
+            if service is not None:
+                self._create(self.core.create_namespaced_service, service, retries)
+            for pod in pods:
+                self._create(self.core.create_namespaced_pod, pod, retries)
+        except ApiException as exc:  # rejected (422 invalid, 403 forbidden or over a ResourceQuota, ...)
+            self._unlaunched.pop(key, None)
+            try:
+                self._delete_attempt(spec.job_id, spec.attempt_number, len(spec.replicas), force=True)
+            except Exception:
+                log.exception("could not remove what was created of job %s attempt %s", *key)
+            raise LaunchError(f"Kubernetes rejected the pods of attempt {spec.attempt_number}: "
+                              f"{exc.status} {api_message(exc)}") from exc
+        except KubernetesUnavailable:
+            self._unlaunched[key] = spec  # observe tries again
+            raise
+        self._unlaunched.pop(key, None)
+        return {
+            "namespace": self.namespace,
+            "pods": [p["metadata"]["name"] for p in pods],
+            "service": service["metadata"]["name"] if service else "",
+        }
+
+    def _create(self, fn: Callable[..., Any], body: dict, retries: int | None) -> None:
+        try:
+            self._call(fn, self.namespace, body, retries=retries)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # Already exists: an earlier try got through before its answer was lost. Same name, same attempt.
+            log.info("%s %s already exists", body["kind"], body["metadata"]["name"])
+
+    def stop(self, *, job_id: int, attempt_number: int, replicas: int, force: bool = False) -> None:
+        self._unlaunched.pop((job_id, attempt_number), None)
+        self._delete_attempt(job_id, attempt_number, replicas, force=force, archive=True)
+
+    def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
+        self._delete_attempt(job_id, attempt_number, replicas, force=False, archive=True)
+        with self._state_lock:
+            for rank in range(replicas):
+                name = pod_name(job_id, attempt_number, rank)
+                self._log_fetched.pop(name, None)
+                self._log_final.discard(name)
+
+    def _delete_attempt(self, job_id: int, attempt_number: int, replicas: int, *, force: bool,
+                        archive: bool = False) -> None:
+        grace = 0 if force else TERMINATION_GRACE_SECONDS
+        for rank in range(replicas):
+            name = pod_name(job_id, attempt_number, rank)
+            if archive:
+                # A forced stop repeats every sync while a pod hangs: archive then only as often as a refresh.
+                self.archive_log(job_id=job_id, attempt_number=attempt_number, rank=rank,
+                                 max_age=self.log_refresh if force else 0)
+            self._delete(self.core.delete_namespaced_pod, name, grace_period_seconds=grace)
+        if replicas > 1:
+            self._delete(self.core.delete_namespaced_service, service_name(job_id, attempt_number))
+
+    def observe(self, *, job_id: int, attempt_number: int, replicas: int) -> list[ReplicaObservation]:
+        self.start()
+        key = (job_id, attempt_number)
+        pending = self._unlaunched.get(key)
+        if pending is not None:
+            try:
+                self._launch(pending, retries=0)
+            except LaunchError as exc:
+                return [ReplicaObservation(r, ReplicaState.FAILED, reason="ContainerCannotRun", message=str(exc))
+                        for r in range(replicas)]
+            except KubernetesUnavailable as exc:
+                return [ReplicaObservation(r, ReplicaState.STARTING, status="Pending",
+                                           message=f"waiting for the Kubernetes API to create the pods: {exc}")
+                        for r in range(replicas)]
+        now = timezone.now()
+        result = []
+        names = []
+        for rank in range(replicas):
+            name = pod_name(job_id, attempt_number, rank)
+            names.append(name)
+            pod = self._pod(name)
+            obs = observe_pod(pod, rank=rank, name=name, now=now, image_pull_grace=self.image_pull_grace)
+            if pod is not None:
+                self._keep_log(job_id, attempt_number, rank, name, pod, obs)
+            result.append(obs)
+        try:
+            self._record_events(job_id, attempt_number, names)
+        except Exception:
+            log.exception("recording the Kubernetes events of job %s failed", job_id)
+        return result
+
+    def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
+        return self.log_root / f"job-{job_id}" / f"attempt-{attempt_number}" / f"replica-{rank}.log"
+
+    # --- pods ----------------------------------------------------------------------------------------------
+
+    def _pod(self, name: str) -> dict | None:
+        """The pod from the cache; when the cache has not synced or lacks it, from the API (None: it is gone)."""
+        informer = self._pods
+        if informer is not None and informer.synced.is_set():
+            pod = informer.get(name)
+            if pod is not None:
+                return pod
+        try:
+            resp = self._call(self.core.read_namespaced_pod, name, self.namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        # Not put into the cache: a DELETED event may already have passed it, and the watch brings it anyway.
+        return json.loads(resp.data)
+
+    def managed_pods(self) -> list[dict]:
+        informer = self._pods
+        if informer is not None and informer.synced.is_set():
+            return informer.items()
+        data = json.loads(self._call(self.core.list_namespaced_pod, self.namespace, label_selector=SELECTOR,
+                                     _preload_content=False).data or b"{}")
+        return [p for p in data.get("items") or [] if is_managed(p)]
+
+    # --- logs ----------------------------------------------------------------------------------------------
+
+    def _keep_log(self, job_id: int, attempt_number: int, rank: int, name: str, pod: dict,
+                  obs: ReplicaObservation) -> None:
+        """Refresh the archive of a running replica now and then, and once more when it has ended."""
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        main = next((c for c in statuses if c.get("name") == CONTAINER), {})
+        state = main.get("state") or {}
+        started = "running" in state or "terminated" in state or bool(main.get("lastState"))
+        if not started:
+            return
+        if "terminated" in state and obs.state == ReplicaState.EXITED:
+            with self._state_lock:
+                if name in self._log_final:
+                    return
+            if self.archive_log(job_id=job_id, attempt_number=attempt_number, rank=rank):
+                with self._state_lock:
+                    self._log_final.add(name)
+            return
+        self.archive_log(job_id=job_id, attempt_number=attempt_number, rank=rank, max_age=self.log_refresh)
+
+    def archive_log(self, *, job_id: int, attempt_number: int, rank: int, max_age: float = 0) -> bool:
+        """Copy a replica's log from the pod log API into its log file. False if there was none to read.
+
+        Skipped when the last copy is younger than ``max_age`` seconds. The archive never shrinks: a shorter
+        log (rotated, or a restarted container's) does not replace a longer one.
+        """
+        name = pod_name(job_id, attempt_number, rank)
+        with self._state_lock:
+            last = self._log_fetched.get(name)
+        if max_age and last is not None and time.monotonic() - last < max_age:
+            return True
+        try:
+            resp = self._call(self.core.read_namespaced_pod_log, name, self.namespace, container=CONTAINER,
+                              _preload_content=False, retries=1)
+        except ApiException as exc:
+            if exc.status not in (400, 404):  # 400: not started yet; 404: no such pod
+                log.warning("reading the log of pod %s failed: %s", name, api_message(exc))
+            return False
+        except KubernetesUnavailable as exc:
+            log.warning("reading the log of pod %s failed: %s", name, exc)
+            return False
+        with self._state_lock:
+            self._log_fetched[name] = time.monotonic()
+        _write_log(self.log_path(job_id=job_id, attempt_number=attempt_number, rank=rank), resp.data or b"")
+        return True
+
+    # --- events --------------------------------------------------------------------------------------------
+
+    def _record_events(self, job_id: int, attempt_number: int, names: list[str]) -> None:
+        informer = self._events
+        if informer is None or not informer.synced.is_set():
+            return
+        fresh = []
+        for rank, name in enumerate(names):
+            for ev in informer.indexed(name):
+                count = int(ev.get("count") or (ev.get("series") or {}).get("count") or 1)
+                key = ((ev.get("metadata") or {}).get("uid") or (ev.get("metadata") or {}).get("name") or "", count)
+                with self._state_lock:
+                    if key in self._seen_events:
+                        continue
+                fresh.append((key, rank, count, ev))
+        if not fresh:
+            return
+        from django.db import transaction
+
+        from jobs.models import Attempt, JobEvent
+        from jobs.services import event_record
+
+        attempt = Attempt.objects.select_related("job").filter(job_id=job_id, number=attempt_number).first()
+        if attempt is None:
+            return
+        fresh.sort(key=lambda item: _event_time(item[3]))
+        with transaction.atomic():
+            for _key, rank, count, ev in fresh:
+                reason = str(ev.get("reason") or "Event")[:60]
+                message = str(ev.get("message") or "").strip()
+                if len(names) > 1:
+                    message = f"replica {rank}: {message}"
+                if count > 1:
+                    message += f" (x{count})"
+                kind = "Warning" if ev.get("type") == "Warning" else "Normal"
+                # The in-memory set is lost on restart; the table is not.
+                if not JobEvent.objects.filter(job_id=job_id, attempt=attempt, reason=reason, message=message).exists():
+                    event_record(job=attempt.job, attempt=attempt, reason=reason, message=message, type=kind)
+        with self._state_lock:
+            self._seen_events.update(key for key, *_ in fresh)
+
+    # --- reconcile -----------------------------------------------------------------------------------------
+
+    def reconcile(self) -> list[str]:
+        """Delete managed pods and services that belong to no live attempt (logs archived first).
+
+        Live: the current attempt of a job holding resources (PREPARING, RUNNING, TERMINATING, UNKNOWN). The pods
+        are read before the database, so a pod launched meanwhile always finds its (committed) attempt.
+        """
+        from jobs.choices import RESOURCE_PHASES
+        from jobs.models import Attempt
+
+        pods = self.managed_pods()
+        data = json.loads(self._call(self.core.list_namespaced_service, self.namespace, label_selector=SELECTOR,
+                                     _preload_content=False).data or b"{}")
+        services = [s for s in data.get("items") or [] if is_managed(s)]
+        live = set(
+            Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"), backend=self.name)
+            .values_list("job_id", "number")
+        )
+        deleted = []
+        for pod in pods:
+            owner = attempt_of(pod)
+            name = pod["metadata"]["name"]
+            if owner is not None and owner[:2] in live:
+                continue
+            if owner is not None and owner[2] is not None:
+                self.archive_log(job_id=owner[0], attempt_number=owner[1], rank=owner[2])
+            if self._delete(self.core.delete_namespaced_pod, name, grace_period_seconds=TERMINATION_GRACE_SECONDS):
+                log.info("deleted pod %s: it belongs to no live attempt", name)
+                deleted.append(name)
+            if self._pods is not None:
+                self._pods.remove(name)
+        for svc in services:
+            owner = attempt_of(svc)
+            if owner is not None and owner[:2] in live:
+                continue
+            name = svc["metadata"]["name"]
+            if self._delete(self.core.delete_namespaced_service, name):
+                deleted.append(name)
+        events = self._events.items() if self._events is not None and self._events.synced.is_set() else None
+        with self._state_lock:  # forget what we kept about pods and events that are gone
+            present = {p["metadata"]["name"] for p in pods} - set(deleted)
+            for name in list(self._log_fetched):
+                if name not in present:
+                    self._log_fetched.pop(name, None)
+            self._log_final &= present
+            if events is not None:
+                ids = {(e.get("metadata") or {}).get("uid") or (e.get("metadata") or {}).get("name") for e in events}
+                self._seen_events = {key for key in self._seen_events if key[0] in ids}
+        return deleted
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _is_job_pod_event(ev: dict) -> bool:
+    obj = ev.get("involvedObject") or {}
+    return obj.get("kind") == "Pod" and str(obj.get("name", "")).startswith("job-")
+
+
+def _event_time(ev: dict) -> str:
+    return str(ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp")
+               or (ev.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _write_log(path: Path, data: bytes) -> None:
+    try:
+        if path.stat().st_size > len(data):
+            return
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,185 @@
+"""The pods and Service an attempt becomes: resources, env, volumes, labels, scheduling, restart policy."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler.backends.base import LaunchReplica, LaunchSpec
+from scheduler.backends.k8s_manifest import (
+    PodDefaults,
+    build_attempt,
+    group_volume_source,
+    merge_tolerations,
+    resources,
+)
+from scheduler.backends.kubernetes import KubernetesBackend
+
+from .conftest import NAMESPACE
+
+GIB = 1 << 30
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def make_spec(replicas=1, **kw):
+    env = {"LR": "0.1", "JOB_ID": "7", "JOB_NAME": "train", "JOB_USER": "bob", "JOB_GROUP": "phusers",
+           "JOB_ATTEMPT": "2"}
+    base = dict(
+        job_id=7, attempt_id=70, attempt_number=2, command="python train.py --epochs 3", image="pytorch/pytorch:2",
+        replicas=[LaunchReplica(rank=r, node="", gpu_ids=(r,), env={**env, "RANK": str(r),
+                                                                     "WORLD_SIZE": str(replicas),
+                                                                     "CUDA_VISIBLE_DEVICES": str(r)})
+                  for r in range(replicas)],
+        job_name="train", job_type="training", user="bob", group="phusers",
+        request={"gpu": 2, "cpu": 16000, "memory": 64 * GIB},
+    )
+    base.update(kw)
+    return LaunchSpec(**base)
+
+
+def env_of(pod):
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_gpu_pod_asks_for_the_instance_type_and_runs_the_command():
+    service, pods = build_attempt(make_spec(), PodDefaults(namespace="ns1"), now=NOW)
+    assert service is None
+    [pod] = pods
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "job-7-2-0"
+    assert meta["namespace"] == "ns1"
+    assert meta["labels"] == {"app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "7",
+                              "jobsite/attempt": "2", "jobsite/replica": "0", "jobsite/group": "phusers"}
+    assert meta["annotations"] == {"jobsite/job-name": "train", "jobsite/user": "bob"}
+    [c] = spec["containers"]
+    assert c["image"] == "pytorch/pytorch:2"
+    assert c["command"] == ["/bin/bash", "-c", "python train.py --epochs 3"]
+    assert c["workingDir"] == "/home/jovyan"
+    amounts = {"cpu": "16000m", "memory": str(64 * GIB), "nvidia.com/gpu": "2"}
+    assert c["resources"] == {"requests": amounts, "limits": amounts}
+    env = env_of(pod)
+    assert env["RANK"] == "0" and env["WORLD_SIZE"] == "1" and env["JOB_ID"] == "7" and env["LR"] == "0.1"
+    assert "CUDA_VISIBLE_DEVICES" not in env  # the device plugin sets it
+    assert "MASTER_ADDR" not in env
+    assert spec["restartPolicy"] == "Never"
+    assert "hostname" not in spec and "subdomain" not in spec
+    assert spec["automountServiceAccountToken"] is False
+    assert {"name": "workdir", "emptyDir": {"sizeLimit": "5Gi"}} in spec["volumes"]
+    assert {"name": "workdir", "mountPath": "/home/jovyan"} in c["volumeMounts"]
+    assert "initContainers" not in spec  # nothing to link
+    assert "nodeSelector" not in spec and "tolerations" not in spec and "imagePullSecrets" not in spec
+
+
+def test_cpu_only_pod_has_no_gpu_resource():
+    assert resources({"gpu": 0, "cpu": 500, "memory": GIB}) == {
+        "requests": {"cpu": "500m", "memory": str(GIB)}, "limits": {"cpu": "500m", "memory": str(GIB)}}
+    assert resources({}) == {}
+
+
+def test_interactive_jobs_restart_in_place():
+    _, [pod] = build_attempt(make_spec(job_type="interactive"), PodDefaults(namespace="ns"), now=NOW)
+    assert pod["spec"]["restartPolicy"] == "Always"
+
+
+def test_multi_replica_gets_a_headless_service_and_master_addr():
+    service, pods = build_attempt(make_spec(replicas=3), PodDefaults(namespace="ns"), now=NOW)
+    assert service["metadata"]["name"] == "job-7-2"
+    assert service["metadata"]["namespace"] == "ns"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "7",
+                                           "jobsite/attempt": "2"}
+    assert [p["metadata"]["name"] for p in pods] == ["job-7-2-0", "job-7-2-1", "job-7-2-2"]
+    for rank, pod in enumerate(pods):
+        assert pod["spec"]["hostname"] == f"job-7-2-{rank}"
+        assert pod["spec"]["subdomain"] == "job-7-2"
+        env = env_of(pod)
+        assert env["MASTER_ADDR"] == "job-7-2-0.job-7-2"
+        assert env["MASTER_PORT"] == "29500"
+        assert (env["RANK"], env["WORLD_SIZE"]) == (str(rank), "3")
+        assert pod["metadata"]["labels"]["jobsite/replica"] == str(rank)
+        # The service selects every replica of the attempt.
+        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_node_selector_and_tolerations_merge_over_the_defaults():
+    defaults = PodDefaults(
+        namespace="ns",
+        node_selector={"pool": "gpu", "zone": "a"},
+        tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+        image_pull_secrets=("regcred",),
+        workdir_size="20Gi",
+    )
+    spec = make_spec(node_selector={"zone": "b", "gpu-type": "a100"},
+                     tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                  {"key": "a100", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}])
+    _, [pod] = build_attempt(spec, defaults, now=NOW)
+    s = pod["spec"]
+    assert s["nodeSelector"] == {"pool": "gpu", "zone": "b", "gpu-type": "a100"}
+    assert s["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                {"key": "a100", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}]
+    assert s["affinity"] == defaults.affinity
+    assert s["imagePullSecrets"] == [{"name": "regcred"}]
+    assert {"name": "workdir", "emptyDir": {"sizeLimit": "20Gi"}} in s["volumes"]
+
+
+def test_merge_tolerations_keeps_order_and_drops_duplicates():
+    a = {"key": "k", "operator": "Exists"}
+    assert merge_tolerations([a], [dict(a), {"key": "x", "value": "1"}]) == [a, {"key": "x", "value": "1"}]
+
+
+def test_active_deadline_is_what_remains_plus_a_margin():
+    _, [pod] = build_attempt(make_spec(deadline=NOW + timedelta(seconds=3600)), PodDefaults(namespace="ns"), now=NOW)
+    assert pod["spec"]["activeDeadlineSeconds"] == 3600 + 60
+    _, [late] = build_attempt(make_spec(deadline=NOW - timedelta(seconds=5)), PodDefaults(namespace="ns"), now=NOW)
+    assert late["spec"]["activeDeadlineSeconds"] == 1 + 60
+
+
+@pytest.mark.parametrize("path, source", [
+    ("pvc:phusers-data", {"persistentVolumeClaim": {"claimName": "phusers-data"}}),
+    ("phusers-data", {"persistentVolumeClaim": {"claimName": "phusers-data"}}),
+    ("nfs://10.0.0.5/exports/phusers", {"nfs": {"server": "10.0.0.5", "path": "/exports/phusers"}}),
+    ("/mnt/shared/phusers", {"hostPath": {"path": "/mnt/shared/phusers", "type": "Directory"}}),
+])
+def test_group_volume_sources(path, source):
+    assert group_volume_source(path) == source
+
+
+def test_group_volume_and_datasets_are_mounted_and_linked_from_the_working_dir():
+    defaults = PodDefaults(namespace="ns", datasets=[
+        {"name": "mnist", "volume": {"persistentVolumeClaim": {"claimName": "ds-mnist", "readOnly": True}}},
+        {"name": "secret-ds", "volume": {"hostPath": {"path": "/data/secret"}}, "groups": ["research"]},
+        {"name": "Bad Name; rm -rf /", "volume": {"emptyDir": {}}},
+    ])
+    _, [pod] = build_attempt(make_spec(group_volume="pvc:phusers-vol"), defaults, now=NOW)
+    s = pod["spec"]
+    [c] = s["containers"]
+    volumes = {v["name"]: v for v in s["volumes"]}
+    assert volumes["group"] == {"name": "group", "persistentVolumeClaim": {"claimName": "phusers-vol"}}
+    assert volumes["dataset-mnist"]["persistentVolumeClaim"]["claimName"] == "ds-mnist"
+    assert "dataset-secret-ds" not in volumes  # another group's dataset
+    assert len([n for n in volumes if n.startswith("dataset-")]) == 1
+    assert {"name": "group", "mountPath": "/project/phusers"} in c["volumeMounts"]
+    assert {"name": "dataset-mnist", "mountPath": "/datasets/mnist", "readOnly": True} in c["volumeMounts"]
+    [init] = s["initContainers"]
+    assert init["image"] == "pytorch/pytorch:2"
+    script = init["command"][-1]
+    assert "ln -sfn /project/phusers /home/jovyan/phusers" in script
+    assert "ln -sfn /datasets /home/jovyan/datasets" in script
+    assert init["volumeMounts"] == [{"name": "workdir", "mountPath": "/home/jovyan"}]
+
+
+def test_launch_creates_the_objects_in_the_namespace_and_is_idempotent(settings, emulator, core, tmp_path):
+    settings.JOBSITE_K8S_API_RETRY_BASE_SECONDS = 0.01
+    backend = KubernetesBackend(emulator.api_client(), namespace=NAMESPACE, log_root=tmp_path)
+    spec = make_spec(replicas=2)
+    data = backend.launch(spec)
+    assert data == {"namespace": NAMESPACE, "pods": ["job-7-2-0", "job-7-2-1"], "service": "job-7-2"}
+    pod = core.read_namespaced_pod("job-7-2-1", NAMESPACE)
+    assert pod.metadata.namespace == NAMESPACE
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    assert core.read_namespaced_service("job-7-2", NAMESPACE).spec.cluster_ip == "None"
+    # A second launch of the same attempt (an answer lost, a restart) finds everything there: 409 is fine.
+    assert backend.launch(spec) == data
+    posts = [p for m, p, *_ in emulator.emu.journal if m == "POST"]
+    assert posts.count(f"/api/v1/namespaces/{NAMESPACE}/pods") == 4
