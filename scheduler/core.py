@@ -203,7 +203,9 @@ def _commit_placement(job: QueuedJob, nodes: list[Node], placement: list[Replica
             node.free_gpu_ids = [g for g in node.free_gpu_ids if g not in p.gpu_ids]
 
 
-def _never_fits(job: QueuedJob, group: GroupState, nodes: list[Node]) -> tuple[Reason, str] | None:
+def _never_fits(
+    job: QueuedJob, group: GroupState, nodes: list[Node], fits_empty: dict[tuple, bool]
+) -> tuple[Reason, str] | None:
     total = job.total
     if group.queue_stopped:
         return Reason.QUEUE_STOPPED, f"the queue of {group.name} is stopped by an admin"
@@ -220,7 +222,10 @@ def _never_fits(job: QueuedJob, group: GroupState, nodes: list[Node]) -> tuple[R
                 f"asks {fmt_amount(r, total[r])}, more than the group {_label(r)} "
                 f"{'limit' if ceiling != q.quota else 'quota'} {fmt_amount(r, ceiling)} of {group.name}"
             )
-    if nodes and _place(job, nodes, use_free=False) is None:
+    shape = (job.replicas, tuple(job.request.get(r, 0) for r in RESOURCES))
+    if nodes and shape not in fits_empty:  # many jobs share a few shapes: place each shape once per pass
+        fits_empty[shape] = _place(job, nodes, use_free=False) is not None
+    if nodes and not fits_empty[shape]:
         return Reason.NO_NODE_FITS, "no node of the cluster can ever hold " + (
             "a replica" if job.replicas == 1 else f"all {job.replicas} replicas"
         ) + " of this job"
@@ -262,6 +267,7 @@ class _Decider:
         self.running = [j for j in running if not j.terminating]
         self.terminating = [j for j in running if j.terminating]
         self.victims: set[int] = set()
+        self.fits_empty: dict[tuple, bool] = {}  # job shape → fits the empty cluster
         self.head: dict[int, tuple[QueuedJob, Reason]] = {}  # the job holding each group's queue
         self.outcomes: list[Outcome] = []
 
@@ -340,7 +346,7 @@ class _Decider:
         group = self.groups[job.group_id]
         total = job.total
 
-        never = _never_fits(job, group, self.nodes)
+        never = _never_fits(job, group, self.nodes, self.fits_empty)
         if never:
             self.outcomes.append(Outcome(job.id, Verdict.INADMISSIBLE, never[0], never[1]))
             return

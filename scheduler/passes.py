@@ -73,7 +73,7 @@ def snapshot(backend: Backend) -> Snapshot:
         "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
         "memory_bytes", "preemptible", "phase", "reason", "message", "queue_position", "retry_at",
     )
-    for j in rows.iterator(chunk_size=5000):
+    for j in rows:  # a plain fetch: a server-side cursor makes PostgreSQL pick a slow fast-start plan here
         queued.append(QueuedJob(
             id=j["id"], name=j["name"], group_id=j["group_id"], user_id=j["user_id"], priority=j["priority"],
             queued_at=j["queued_at"], replicas=j["replicas"], preemptible=j["preemptible"], not_before=j["retry_at"],
