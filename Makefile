@@ -38,12 +38,15 @@ help:
 $(VENV_PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(RUNTIME_STAMP): requirements.txt | $(VENV_PY)
+# `pip install -e .` puts the jobctl console script into .venv (packaging in pyproject.toml).
+$(RUNTIME_STAMP): requirements.txt pyproject.toml | $(VENV_PY)
 	$(PIP) install -r requirements.txt
+	$(PIP) install --no-deps -e .
 	touch $@
 
-$(DEV_STAMP): requirements.txt requirements-dev.txt | $(VENV_PY)
+$(DEV_STAMP): requirements.txt requirements-dev.txt pyproject.toml | $(VENV_PY)
 	$(PIP) install -r requirements-dev.txt
+	$(PIP) install --no-deps -e .
 	touch $@ $(RUNTIME_STAMP)
 
 venv: $(RUNTIME_STAMP)

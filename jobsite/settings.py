@@ -33,7 +33,10 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
+    "channels",
     "jobs",
     "scheduler",
 ]
@@ -120,6 +123,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "EXCEPTION_HANDLER": "jobs.api.exceptions.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "jobs.api.schema.AutoSchema",
 }
 
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -193,3 +197,45 @@ JOBSITE_K8S_LOG_REFRESH_SECONDS = env.float("JOBSITE_K8S_LOG_REFRESH_SECONDS", d
 # Archived logs of every backend that keeps them outside its own root: <root>/job-<id>/attempt-<n>/replica-<r>.log
 JOBSITE_LOG_ROOT = Path(env.str("JOBSITE_LOG_ROOT", default=str(VAR_DIR / "logs")))
 # --- end of the Kubernetes backend settings -----------------------------------------------------------------
+
+# --- live push (issue 4) ---------------------------------------------------------------------------------------
+# Job changes reach browsers as small per-job messages on Channels groups (jobs.realtime). The embedded default
+# keeps them in this process; production (REDIS_URL) shares them between web processes, workers and the scheduler.
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "jobsite:ws", "capacity": 1000, "expiry": 30},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
+# Seconds between reads of a followed log file (the detail page's tail -f).
+JOBSITE_LOG_FOLLOW_INTERVAL = env.float("JOBSITE_LOG_FOLLOW_INTERVAL", default=0.5)
+# --- end of live push ------------------------------------------------------------------------------------------
+
+# --- OpenAPI (issue 6) ---------------------------------------------------------------------------------------
+# drf-spectacular serves the schema at /api/schema/ and Swagger UI at /api/docs/, with Swagger UI's files from the
+# drf-spectacular-sidecar package (static files), so the docs work with no internet access.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "jobsite API",
+    "DESCRIPTION": (
+        "Submit GPU jobs to your groups' queues, follow them and act on them.\n\n"
+        "Authenticate with `Authorization: Token <token>` (POST /api/v1/auth/token/) or a browser session.\n\n"
+        "**Errors** all have one shape: `{\"detail\": \"...\", \"errors\": {\"field.path\": [\"message\"]}}`. "
+        "`detail` is one line for a person; `errors` names each invalid field of the body or query (empty when "
+        "no field is to blame). Jobs and groups of groups you are not in answer 404."
+    ),
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "jobs.api.schema.optional_vocabulary_fields",
+    ],
+}
+# --- end of OpenAPI (issue 6) ----------------------------------------------------------------------------------

@@ -1,32 +1,67 @@
 """The REST API: thin views over ``jobs.selectors`` (reads) and ``jobs.services`` (writes).
 
-Visibility: a job of a group the user is not in does not exist for them (404). Acting on a visible job that is
-neither theirs nor in a group they administer is forbidden (403).
+Visibility: a job or group of a group the user is not in does not exist for them (404). Acting on a visible job
+that is neither theirs nor in a group they administer is forbidden (403). Anonymous requests are 401. Errors all
+have the shape of ``jobs.api.exceptions``.
 """
 
 from __future__ import annotations
 
+import logging
+from datetime import date, timedelta
+
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import HttpResponse, StreamingHttpResponse
+from django.db import transaction
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, permissions, renderers, status, viewsets
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
+from rest_framework.views import APIView
 
-from jobs import logs, selectors, services
+from jobs import logs, selectors, services, vocabularies
+from jobs.choices import TERMINAL_PHASES
 from jobs.filtersets import JobFilterSet
-from jobs.models import Job
+from jobs.models import Group, Job
+from jobs.state_machine import InvalidTransition
 
-from .exceptions import RequestTooLarge, exception_handler, validation_error_from_django
+from . import queries
+from .exceptions import RequestTooLarge, error_body, validation_error_from_django
 from .pagination import JobPagination
-from .parsers import JSONParser
-from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
+from .parsers import JSONParser, TextYAMLParser, XYAMLParser, YAMLParser
+from .serializers import (
+    AttemptDetailSerializer,
+    BulkCancelResponseSerializer,
+    BulkCancelSerializer,
+    EventSerializer,
+    GroupDetailSerializer,
+    GroupSerializer,
+    ImageSerializer,
+    InstanceTypeSerializer,
+    JobCloneSerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    QueueEntrySerializer,
+    UsageSerializer,
+    UtilisationSerializer,
+    VocabulariesSerializer,
+    spec_of,
+)
+
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 TEXT_PLAIN = "text/plain; charset=utf-8"
+USAGE_MAX_DAYS = 366
+USAGE_DEFAULT_DAYS = 30
 
 
 class PlainTextRenderer(renderers.BaseRenderer):
@@ -42,59 +77,29 @@ class PlainTextRenderer(renderers.BaseRenderer):
         if isinstance(data, bytes):
             return data
         if isinstance(data, dict):
-            lines = []
-            for key, value in data.items():
-                text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-                lines.append(text if key == "detail" else f"{key}: {text}")
+            body = data if "errors" in data else error_body(data)
+            lines = [f"{path}: {message}" for path, messages in body["errors"].items() for message in messages]
+            lines = lines or [str(body["detail"])]
             return ("\n".join(lines) + "\n").encode()
         return str(data).encode()
 
 
 class CanActOnJob(permissions.BasePermission):
-    """Reading needs visibility only (the queryset); changing a job needs ``selectors.job_can_act``."""
+    """Reading and cloning need visibility only (the queryset); changing a job needs ``selectors.job_can_act``."""
 
     message = "You can act only on your own jobs and on the jobs of groups you administer."
 
     def has_object_permission(self, request: Request, view, obj: Job) -> bool:
-        if request.method in permissions.SAFE_METHODS:
+        if request.method in permissions.SAFE_METHODS or getattr(view, "action", None) == "clone":
             return True
         return selectors.job_can_act(request.user, obj)
 
 
 class ApiMixin:
-    """What every jobsite API view shares: Django ValidationErrors from services are 400s, never 500s."""
-
-    def get_exception_handler(self):
-        return exception_handler
-
-
-class TokenObtainApi(ApiMixin, ObtainAuthToken):
-    """``POST {username, password}`` → ``{"token": ...}``; bad credentials → 400 with a message."""
-
-
-class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Submit, list, show, read logs of and cancel jobs."""
-
-    permission_classes = [permissions.IsAuthenticated, CanActOnJob]
-    pagination_class = JobPagination
-    filter_backends = [DjangoFilterBackend]
-    filterset_class = JobFilterSet
-    parser_classes = [JSONParser]
-    serializer_class = JobSerializer
-
-    def get_queryset(self):
-        return selectors.jobs_visible_to(self.request.user).select_related("current_attempt").order_by("-id")
-
-    def get_serializer_class(self):
-        if self.action == "create":
-            return JobSubmitSerializer
-        if self.action == "list":
-            return JobSerializer
-        return JobDetailSerializer
+    """What every jobsite API view shares: bodies of at most 1 MiB, refused before they are read."""
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)
-        # Before the body is read: a client may not make the server buffer more than 1 MiB.
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -102,70 +107,30 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         if length > MAX_BODY_BYTES:
             raise RequestTooLarge(f"The request body is {length} bytes; at most {MAX_BODY_BYTES} are accepted.")
 
-    def create(self, request: Request, *args, **kwargs) -> Response:
-        serializer = JobSubmitSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        try:
-            spec = services.job_spec_validate(user=request.user, data=serializer.validated_data)
-        except DjangoValidationError as exc:
-            raise validation_error_from_django(exc) from exc
-        job = services.job_submit(user=request.user, spec=spec)
-        location = reverse("api:job-detail", kwargs={"pk": job.pk}, request=request)
-        return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED, headers={"Location": location})
 
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        job = self.get_object()  # 404 when invisible, 403 when not allowed to act
-        services.job_cancel(job=job, by=request.user)  # ValidationError (already ended) → 400
-        return Response(JobDetailSerializer(self.get_queryset().get(pk=job.pk)).data)
+# --- parameters shared by several operations ----------------------------------------------------------------
 
-    @action(detail=True, methods=["post"])
-    def stop(self, request: Request, pk: str | None = None) -> Response:
-        """A cancel that can be restarted: the job ends CANCELLED with status Stopped."""
-        job = self.get_object()
-        services.job_cancel(job=job, by=request.user, stop=True)
-        return Response(JobDetailSerializer(self.get_queryset().get(pk=job.pk)).data)
+COUNT = {"type": "integer", "minimum": 0}
 
-    @action(detail=True, methods=["post"])
-    def restart(self, request: Request, pk: str | None = None) -> Response:
-        """Run an ended job again from the beginning, as a new attempt of the same job."""
-        job = self.get_object()
-        services.job_restart(job=job, by=request.user)  # still running / succeeded → 400
-        return Response(JobDetailSerializer(self.get_queryset().get(pk=job.pk)).data)
+VOCABULARY_PARAM = OpenApiParameter(
+    "vocabulary", OpenApiTypes.STR, enum=[*vocabularies.VOCABULARIES, *vocabularies.ALIASES],
+    description="Add `vocabulary_status` (and `vocabulary_code` for modelarts) to each job: its status as that "
+                "scheduler would show it. See docs/status-vocabularies.md.",
+)
+GROUP_NAME_PARAM = OpenApiParameter(
+    "name", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    description="Group name.",
+)
 
-    @action(detail=True, methods=["get"], renderer_classes=[renderers.JSONRenderer, PlainTextRenderer])
-    def logs(self, request: Request, pk: str | None = None) -> HttpResponse:
-        """``?replica=N`` (default 0), ``?attempt=M`` (default current), ``?tail_bytes=K``: text/plain."""
-        job = self.get_object()
-        replica = _int_param(request, "replica", default=0)
-        attempt_number = _int_param(request, "attempt", default=None)
-        tail_bytes = _int_param(request, "tail_bytes", default=None)
 
-        if attempt_number is None:
-            attempt = job.current_attempt
-        else:
-            attempt = job.attempts.filter(number=attempt_number).first()
-            if attempt is None:
-                raise exceptions.NotFound(f"Job #{job.pk} has no attempt {attempt_number}.")
-        replicas = attempt.replicas if attempt else job.replicas
-        if not 0 <= replica < replicas:
-            raise exceptions.NotFound(f"Replica {replica} does not exist: the job has replicas 0 to {replicas - 1}.")
-        if attempt is None:  # not admitted yet: no log so far
-            return HttpResponse(b"", content_type=TEXT_PLAIN)
-
-        from scheduler.backends import get_backend
-
-        try:
-            get_backend(attempt.backend)
-        except ValueError as exc:
-            raise exceptions.NotFound(f"The logs of backend '{attempt.backend}' are not available here.") from exc
-        # The file may grow while it is sent: send what it held when opened.
-        content = logs.open_slice(logs.log_path(attempt, replica), tail_bytes=tail_bytes)
-        if content is None:
-            return HttpResponse(b"", content_type=TEXT_PLAIN)
-        response = StreamingHttpResponse(content, content_type=TEXT_PLAIN)
-        response["Cache-Control"] = "no-store"
-        return response
+def _vocabulary(request: Request) -> str | None:
+    raw = request.query_params.get("vocabulary")
+    if raw is None or raw == "":
+        return None
+    try:
+        return vocabularies.normalise(raw)
+    except vocabularies.UnknownVocabulary as exc:
+        raise exceptions.ValidationError({"vocabulary": [str(exc)]}) from None
 
 
 def _int_param(request: Request, name: str, *, default: int | None) -> int | None:
@@ -179,3 +144,462 @@ def _int_param(request: Request, name: str, *, default: int | None) -> int | Non
     if value < 0:
         raise exceptions.ValidationError({name: ["Give a number of at least 0."]})
     return value
+
+
+def _date_param(request: Request, name: str) -> date | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise exceptions.ValidationError({name: ["Give a date as YYYY-MM-DD."]}) from None
+
+
+# --- auth ---------------------------------------------------------------------------------------------------
+
+
+@extend_schema(
+    tags=["auth"],
+    summary="Get your API token",
+    request=AuthTokenSerializer,
+    responses={200: OpenApiResponse(
+        {"type": "object", "properties": {"token": {"type": "string"}}, "required": ["token"]},
+        description="Send it as `Authorization: Token <token>`.",
+    )},
+    auth=[],
+)
+class TokenObtainApi(ApiMixin, ObtainAuthToken):
+    """``POST {username, password}`` → ``{"token": ...}``; bad credentials → 400 with a message."""
+
+
+# --- jobs ---------------------------------------------------------------------------------------------------
+
+LOG_HEADERS = [
+    OpenApiParameter("X-Log-Size", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[200],
+                     description="Size in bytes of the whole log when it was read."),
+    OpenApiParameter("X-Log-Start", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[200],
+                     description="Offset of the first byte sent."),
+    OpenApiParameter("X-Log-End", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[200],
+                     description="Offset just past the last byte sent: the next `start` when following."),
+    OpenApiParameter("X-Log-Attempt", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
+                     description="The attempt whose log this is (empty: the job has no attempt yet)."),
+    OpenApiParameter("X-Job-Current-Attempt", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
+                     description="The job's current attempt (empty: none yet)."),
+    OpenApiParameter("X-Job-Phase", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
+                     description="The job's phase when the log was read."),
+    OpenApiParameter("X-Job-Finished", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
+                     enum=["true", "false"],
+                     description="`true` once the job has ended: a log read after that is complete."),
+]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List jobs", parameters=[VOCABULARY_PARAM],
+                       description="Jobs of your groups (all for superusers), newest first."),
+    retrieve=extend_schema(summary="Show a job with its attempts and events", parameters=[VOCABULARY_PARAM]),
+)
+@extend_schema(tags=["jobs"])
+class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Submit, list, show, follow and act on jobs."""
+
+    permission_classes = [permissions.IsAuthenticated, CanActOnJob]
+    pagination_class = JobPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = JobFilterSet
+    parser_classes = [JSONParser, YAMLParser, TextYAMLParser, XYAMLParser]
+    serializer_class = JobSerializer
+    queryset = Job.objects.none()  # for the schema; requests use get_queryset
+
+    def get_queryset(self):
+        return selectors.jobs_visible_to(self.request.user).select_related("current_attempt").order_by("-id")
+
+    def get_object(self) -> Job:
+        try:
+            return super().get_object()
+        except Http404:
+            raise exceptions.NotFound(f"No job {self.kwargs.get('pk', '')!s:.30} in your groups.") from None
+
+    def filter_queryset(self, queryset):
+        # Filters apply to the list only: ?phase= on a detail URL must not make the job vanish.
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobSubmitSerializer
+        if self.action == "list":
+            return JobSerializer
+        return JobDetailSerializer
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if getattr(self, "request", None) is not None and getattr(self, "swagger_fake_view", False) is False:
+            context["vocabulary"] = _vocabulary(self.request)
+        return context
+
+    def _detail(self, job: Job, *, status_code: int = status.HTTP_200_OK, **kw) -> Response:
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data, status=status_code,
+                        **kw)
+
+    def _submit(self, request: Request, data) -> Job:
+        serializer = JobSubmitSerializer(data=data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            spec = services.job_spec_validate(user=request.user, data=serializer.validated_data)
+        except DjangoValidationError as exc:
+            raise validation_error_from_django(exc) from exc
+        return services.job_submit(user=request.user, spec=spec)
+
+    @extend_schema(
+        summary="Submit a job",
+        description="A JSON object, or the same fields as a YAML document (`Content-Type: application/yaml`). "
+                    "Unknown fields, wrong types and rules of the group (membership, images, instance types, "
+                    "quotas) answer 400 naming each field; nothing is written then.",
+        request=JobSubmitSerializer,
+        responses={201: JobDetailSerializer},
+    )
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        self._vocabulary_checked()
+        job = self._submit(request, request.data)
+        location = reverse("api:job-detail", kwargs={"pk": job.pk}, request=request)
+        return self._detail(job, status_code=status.HTTP_201_CREATED, headers={"Location": location})
+
+    def _vocabulary_checked(self) -> None:
+        _vocabulary(self.request)  # a bad ?vocabulary= is a 400 before anything is written
+
+    @extend_schema(summary="Clone a job: submit its spec again as a new job of yours",
+                   description="The body may change some fields (an empty body clones as is); the spec is validated "
+                               "again against the group's current rules.",
+                   request=JobCloneSerializer, responses={201: JobDetailSerializer}, parameters=[VOCABULARY_PARAM])
+    @action(detail=True, methods=["post"])
+    def clone(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        self._vocabulary_checked()
+        changes = JobCloneSerializer(data=request.data if request.data else {})
+        changes.is_valid(raise_exception=True)
+        data = {**spec_of(job), **{k: request.data[k] for k in changes.validated_data}}
+        new = self._submit(request, data)
+        location = reverse("api:job-detail", kwargs={"pk": new.pk}, request=request)
+        return self._detail(new, status_code=status.HTTP_201_CREATED, headers={"Location": location})
+
+    @extend_schema(summary="Cancel a job", request=None, responses={200: JobDetailSerializer},
+                   parameters=[VOCABULARY_PARAM])
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()  # 404 when invisible, 403 when not allowed to act
+        self._vocabulary_checked()
+        services.job_cancel(job=job, by=request.user)  # ValidationError (already ended) → 400
+        return self._detail(job)
+
+    @extend_schema(summary="Stop a job (a cancel that can be restarted: status Stopped)", request=None,
+                   responses={200: JobDetailSerializer}, parameters=[VOCABULARY_PARAM])
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        self._vocabulary_checked()
+        services.job_cancel(job=job, by=request.user, stop=True)
+        return self._detail(job)
+
+    @extend_schema(summary="Restart an ended job from the beginning, as a new attempt of the same job",
+                   request=None, responses={200: JobDetailSerializer}, parameters=[VOCABULARY_PARAM])
+    @action(detail=True, methods=["post"])
+    def restart(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        self._vocabulary_checked()
+        services.job_restart(job=job, by=request.user)  # still running / succeeded → 400
+        return self._detail(job)
+
+    @extend_schema(
+        summary="Cancel several jobs",
+        operation_id="jobs_bulk_cancel",
+        description="Each id is tried on its own: the answer reports per id what happened (`status_code` is what "
+                    "cancelling that job alone would have answered). Jobs you may not see are reported as 404.",
+        request=BulkCancelSerializer, responses={200: BulkCancelResponseSerializer},
+    )
+    @action(detail=False, methods=["post"], url_path="cancel", url_name="bulk-cancel")
+    def bulk_cancel(self, request: Request) -> Response:
+        body = BulkCancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ids = list(dict.fromkeys(body.validated_data["ids"]))
+        stop = body.validated_data["stop"]
+        visible = {j.pk: j for j in self.get_queryset().filter(pk__in=ids)}
+        results = [self._cancel_one(request, pk, visible.get(pk), stop) for pk in ids]
+        cancelled = sum(1 for r in results if r["ok"])
+        return Response({"ok": cancelled == len(results), "cancelled": cancelled,
+                         "failed": len(results) - cancelled, "results": results})
+
+    def _cancel_one(self, request: Request, pk: int, job: Job | None, stop: bool) -> dict:
+        def result(code: int, detail: str, job: Job | None = None) -> dict:
+            return {"id": pk, "ok": code == 200, "status_code": code, "detail": detail,
+                    "phase": job.phase if job else None, "status": job.status if job else None}
+
+        if job is None:
+            return result(404, "No such job.")
+        if not selectors.job_can_act(request.user, job):
+            return result(403, CanActOnJob.message, job)
+        try:
+            with transaction.atomic():
+                job = services.job_cancel(job=job, by=request.user, stop=stop)
+        except DjangoValidationError as exc:
+            job.refresh_from_db()
+            return result(400, " ".join(exc.messages), job)
+        except InvalidTransition as exc:
+            job.refresh_from_db()
+            return result(409, f"The job changed meanwhile ({exc}); reload it and try again.", job)
+        except Exception:  # one job's failure must not lose the report of the others
+            log.exception("bulk cancel of job %s failed", pk)
+            return result(500, "Could not cancel this job; try again.", None)
+        return result(200, "Stopped." if stop else "Cancelled.", job)
+
+    @extend_schema(summary="A job's events (its `describe`), oldest first", responses={200: EventSerializer(many=True)},
+                   filters=False)
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=JobPagination)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        page = self.paginate_queryset(selectors.job_events(job))
+        return self.get_paginated_response(EventSerializer(page, many=True).data)
+
+    @extend_schema(summary="A job's attempts, with each replica's log size",
+                   responses={200: AttemptDetailSerializer(many=True)}, filters=False)
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=JobPagination)
+    def attempts(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        page = self.paginate_queryset(job.attempts.order_by("number"))
+        return self.get_paginated_response(AttemptDetailSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Read a replica's log",
+        description="text/plain. The whole log, its last `tail_bytes`, or bytes [`start`, `end`). The X-Log-* "
+                    "headers give the slice and the log's size; follow a log by asking again with `start` set to "
+                    "the last `X-Log-End` until `X-Job-Finished` is true and nothing new comes.",
+        parameters=[
+            OpenApiParameter("replica", COUNT, description="Replica rank (default 0)."),
+            OpenApiParameter("attempt", COUNT, description="Attempt number (default: the current one)."),
+            OpenApiParameter("tail_bytes", COUNT, description="Only the last N bytes."),
+            OpenApiParameter("start", COUNT, description="First byte offset (default 0)."),
+            OpenApiParameter("end", COUNT, description="Offset to stop before (default: the size)."),
+            *LOG_HEADERS,
+        ],
+        responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="The log bytes.")},
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[renderers.JSONRenderer, PlainTextRenderer],
+            filter_backends=[], pagination_class=None)
+    def logs(self, request: Request, pk: str | None = None) -> HttpResponse:
+        job = self.get_object()  # read before the file: a log read once the job has ended is complete
+        replica = _int_param(request, "replica", default=0)
+        attempt_number = _int_param(request, "attempt", default=None)
+        tail_bytes = _int_param(request, "tail_bytes", default=None)
+        start = _int_param(request, "start", default=None)
+        end = _int_param(request, "end", default=None)
+        if tail_bytes is not None and start is not None:
+            raise exceptions.ValidationError({"tail_bytes": ["Give either tail_bytes or start, not both."]})
+        if start is not None and end is not None and end < start:
+            raise exceptions.ValidationError({"end": ["end must be at least start."]})
+
+        if attempt_number is None:
+            attempt = job.current_attempt
+        else:
+            attempt = job.attempts.filter(number=attempt_number).first() if attempt_number < 2**31 else None
+            if attempt is None:
+                raise exceptions.NotFound(f"Job #{job.pk} has no attempt {attempt_number}.")
+        replicas = attempt.replicas if attempt else job.replicas
+        if not 0 <= replica < replicas:
+            raise exceptions.NotFound(f"Replica {replica} does not exist: the job has replicas 0 to {replicas - 1}.")
+
+        headers = {
+            "X-Log-Attempt": str(attempt.number) if attempt else "",
+            "X-Job-Current-Attempt": str(job.current_attempt.number) if job.current_attempt_id else "",
+            "X-Job-Phase": job.phase,
+            "X-Job-Finished": "true" if job.phase in TERMINAL_PHASES else "false",
+            "Cache-Control": "no-store",
+        }
+        content = None
+        if attempt is not None:  # not admitted yet: no log so far
+            from scheduler.backends import get_backend
+
+            try:
+                get_backend(attempt.backend)
+            except ValueError as exc:
+                raise exceptions.NotFound(f"The logs of backend '{attempt.backend}' are not available here.") from exc
+            # The file may grow while it is sent: send what it held when opened.
+            content = logs.open_slice(logs.log_path(attempt, replica), start=start, end=end, tail_bytes=tail_bytes)
+        if content is None:
+            response = HttpResponse(b"", content_type=TEXT_PLAIN)
+            headers.update({"X-Log-Size": "0", "X-Log-Start": "0", "X-Log-End": "0"})
+        else:
+            response = StreamingHttpResponse(content, content_type=TEXT_PLAIN)
+            headers.update({"X-Log-Size": str(content.size), "X-Log-Start": str(content.start),
+                            "X-Log-End": str(content.start + content.remaining)})
+        for name, value in headers.items():
+            response[name] = value
+        return response
+
+
+# --- groups -------------------------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Your groups, with quotas and current usage"),
+    retrieve=extend_schema(summary="A group: quotas, usage, and what each user holds", parameters=[GROUP_NAME_PARAM]),
+)
+@extend_schema(tags=["groups"])
+class GroupViewSet(ApiMixin, viewsets.GenericViewSet):
+    """Groups you belong to (all for superusers); others do not exist for you (404)."""
+
+    permission_classes = [permissions.IsAuthenticated]
+    pagination_class = JobPagination
+    filter_backends: list = []
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    serializer_class = GroupSerializer
+    queryset = Group.objects.none()
+
+    def get_queryset(self):
+        return selectors.groups_of(self.request.user).order_by("name")
+
+    def get_object(self) -> Group:
+        group = queries.visible_group(self.request.user, self.kwargs["name"])
+        if group is None:
+            raise exceptions.NotFound(f"No group '{self.kwargs['name'][:63]}' of yours.")
+        return group
+
+    def _rows(self, groups: list[Group]) -> list[dict]:
+        overview = queries.groups_overview(self.request.user, groups)
+        return [{"name": g.name, "display_name": g.display_name, "description": g.description,
+                 "queue_stopped": g.queue_stopped, **overview[g.pk]} for g in groups]
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(GroupSerializer(self._rows(list(page)), many=True).data)
+
+    @extend_schema(responses={200: GroupDetailSerializer})
+    def retrieve(self, request: Request, name: str | None = None) -> Response:
+        group = self.get_object()
+        [row] = self._rows([group])
+        row["users"] = selectors.group_user_usage(group)
+        return Response(GroupDetailSerializer(row).data)
+
+    @extend_schema(summary="A group's queue in order, with each job's reason and position",
+                   parameters=[GROUP_NAME_PARAM], responses={200: QueueEntrySerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def queue(self, request: Request, name: str | None = None) -> Response:
+        group = self.get_object()
+        page = self.paginate_queryset(selectors.group_queue(group))
+        first = self.paginator.page.start_index() if page else 1
+        rows = [
+            {"rank": first + i, "queue_position": j.queue_position, "id": j.pk, "name": j.name,
+             "user": j.user.get_username(), "instance_type": j.instance_type.name, "replicas": j.replicas,
+             "request": {"gpu": j.gpu * j.replicas, "cpu": j.cpu_millicores * j.replicas,
+                         "memory": j.memory_bytes * j.replicas},
+             "priority": j.priority, "preemptible": j.preemptible, "phase": j.phase, "status": j.status,
+             "color": j.color, "reason": j.reason, "message": j.message, "queued_at": j.queued_at}
+            for i, j in enumerate(page)
+        ]
+        return self.get_paginated_response(QueueEntrySerializer(rows, many=True).data)
+
+    @extend_schema(summary="Instance types allowed in a group", parameters=[GROUP_NAME_PARAM],
+                   responses={200: InstanceTypeSerializer(many=True)})
+    @action(detail=True, methods=["get"], url_path="instance-types", url_name="instance-types")
+    def instance_types(self, request: Request, name: str | None = None) -> Response:
+        group = self.get_object()
+        page = self.paginate_queryset(selectors.instance_types_for(group).order_by("gpu", "name"))
+        return self.get_paginated_response(InstanceTypeSerializer(page, many=True).data)
+
+    @extend_schema(summary="Images allowed in a group", parameters=[GROUP_NAME_PARAM],
+                   responses={200: ImageSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def images(self, request: Request, name: str | None = None) -> Response:
+        group = self.get_object()
+        page = self.paginate_queryset(selectors.images_for(group).order_by("name"))
+        return self.get_paginated_response(ImageSerializer(page, many=True).data)
+
+
+# --- cluster ------------------------------------------------------------------------------------------------
+
+
+class UtilisationApi(ApiMixin, APIView):
+    permission_classes = [permissions.IsAuthenticated]
+
+    @extend_schema(tags=["cluster"], summary="Cluster utilisation: GPUs per node, running and queued per user",
+                   responses={200: UtilisationSerializer})
+    def get(self, request: Request) -> Response:
+        util = selectors.cluster_utilisation()
+        util["nodes"] = [{"name": n.name, "gpu_total": n.gpu_total, "gpu_used": n.gpu_used, "gpu_free": n.gpu_free}
+                         for n in util["nodes"]]
+        return Response(UtilisationSerializer(util).data)
+
+
+class UsageApi(ApiMixin, APIView):
+    permission_classes = [permissions.IsAuthenticated]
+
+    @extend_schema(
+        tags=["cluster"],
+        summary="GPU-hours per day, group and user",
+        description=f"Over the groups you may see. Defaults: the last {USAGE_DEFAULT_DAYS} days up to today; at "
+                    f"most {USAGE_MAX_DAYS} days at once. An attempt counts GPUs × time from entering PREPARING "
+                    "to leaving TERMINATING, on the day it started.",
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.DATE, description="First day (YYYY-MM-DD)."),
+            OpenApiParameter("until", OpenApiTypes.DATE, description="Last day, included (default today)."),
+            OpenApiParameter("group", OpenApiTypes.STR, description="Only this group."),
+            OpenApiParameter("user", OpenApiTypes.STR, description="Only this user's jobs."),
+        ],
+        responses={200: UsageSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        until = _date_param(request, "until") or timezone.localdate()
+        since = _date_param(request, "since")
+        if since is None:
+            try:
+                since = until - timedelta(days=USAGE_DEFAULT_DAYS - 1)
+            except OverflowError:
+                since = date.min
+        if since > until:
+            raise exceptions.ValidationError({"since": ["since must be on or before until."]})
+        if (until - since).days >= USAGE_MAX_DAYS:
+            raise exceptions.ValidationError({"since": [f"Ask for at most {USAGE_MAX_DAYS} days at once."]})
+        group = request.query_params.get("group") or None
+        user = request.query_params.get("user") or None
+        for name, value in (("group", group), ("user", user)):
+            if value is not None and ("\x00" in value or len(value) > 150):
+                raise exceptions.ValidationError({name: ["Not a valid name."]})
+        rows = selectors.gpu_usage(request.user, since=since, until=until, group=group, username=user)
+        body = {"since": since, "until": until, "group": group, "user": user,
+                "total_gpu_hours": round(sum(r["gpu_hours"] for r in rows), 3), "rows": rows}
+        return Response(UsageSerializer(body).data)
+
+
+class VocabulariesApi(ApiMixin, APIView):
+    permission_classes = [permissions.IsAuthenticated]
+
+    @extend_schema(tags=["jobs"], summary="The status vocabularies: ours to Run:ai, Kueue/jobq, mcli, ModelArts, "
+                                          "PrimeHub and back", responses={200: VocabulariesSerializer})
+    def get(self, request: Request) -> Response:
+        rows = [
+            {"phase": r.phase.value, "status": r.status, "runai": r.runai, "kueue": r.kueue, "mcli": r.mcli,
+             "modelarts": r.modelarts, "modelarts_name": vocabularies.MODELARTS_CODES[r.modelarts],
+             "primehub": r.primehub, "note": r.note}
+            for r in vocabularies.ROWS
+        ]
+        reverse_table = {
+            name: {str(k): phase.value for k, phase in table.items()} for name, table in vocabularies.REVERSE.items()
+        }
+        return Response(VocabulariesSerializer({
+            "vocabularies": vocabularies.VOCABULARIES, "aliases": vocabularies.ALIASES, "rows": rows,
+            "reverse": reverse_table,
+        }).data)
+
+
+@extend_schema(exclude=True)
+class NotFoundApi(ApiMixin, APIView):
+    """Any other path under /api/v1/ ending in a slash: a 404 in the API's error shape, not an HTML page."""
+
+    permission_classes = [permissions.AllowAny]
+    authentication_classes: list = []
+
+    def get(self, request: Request, *args, **kwargs):
+        raise exceptions.NotFound(f"No API endpoint at {request.path}.")
+
+    post = put = patch = delete = get

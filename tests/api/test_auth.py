@@ -44,9 +44,10 @@ def test_token_bad_credentials(world, anon, body):
     response = anon.post(TOKEN_URL, body, format="json")
     assert response.status_code == 400
     data = response.json()
-    assert "token" not in data
-    messages = [m for msgs in data.values() for m in msgs]
-    assert messages and all(isinstance(m, str) and m for m in messages)
+    assert set(data) == {"detail", "errors"}
+    assert data["detail"]
+    messages = [m for msgs in data["errors"].values() for m in msgs]
+    assert all(isinstance(m, str) and m for m in messages)
 
 
 @pytest.mark.django_db

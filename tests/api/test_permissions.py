@@ -10,26 +10,6 @@ from jobs.models import Job, JobEvent, Membership
 
 from .conftest import job_url
 
-
-@pytest.fixture
-def group_admin(world, make_user):
-    user = make_user("gadmin")
-    Membership.objects.create(group=world.groups["phusers"], user=user, role=Role.ADMIN)
-    return user
-
-
-@pytest.fixture
-def clients(world, client_for, anon, group_admin):
-    return {
-        "owner": client_for("bob"),
-        "member": client_for("pan"),
-        "group_admin": client_for(group_admin),
-        "non_member": client_for("eve"),
-        "superuser": client_for("admin"),
-        "anonymous": anon,
-    }
-
-
 EXPECTED = {
     # actor: (retrieve, logs, cancel)
     "owner": (200, 200, 200),
@@ -124,3 +104,82 @@ def test_cancel_an_admitted_job_terminates_it(submit, client_for):
     assert response.status_code == 200
     assert response.json()["phase"] == "TERMINATING"
     assert Job.objects.get(pk=job.pk).termination_target == Phase.CANCELLED
+
+
+# --- every endpoint × every actor ---------------------------------------------------------------------------
+
+ACTOR_ORDER = ("anonymous", "non_member", "member", "group_admin", "owner", "superuser")
+SEE = (401, 404, 200, 200, 200, 200)  # read a job of phusers, or phusers itself
+ACT = (401, 404, 403, 200, 200, 200)  # change bob's job
+ANY = (401, 200, 200, 200, 200, 200)  # anything signed in
+
+MATRIX = {
+    # name: (method, path (with {job} and {group}), body, expected per actor in ACTOR_ORDER)
+    "list jobs": ("get", "/api/v1/jobs/", None, ANY),
+    "submit": ("post", "/api/v1/jobs/", {"group": "phusers", "image": "base-notebook",
+                                         "instance_type": "cpu-tiny", "command": "true"},
+               (401, 400, 201, 201, 201, 201)),  # eve is not in phusers: a field error, not a 403
+    "retrieve": ("get", "/api/v1/jobs/{job}/", None, SEE),
+    "events": ("get", "/api/v1/jobs/{job}/events/", None, SEE),
+    "attempts": ("get", "/api/v1/jobs/{job}/attempts/", None, SEE),
+    "logs": ("get", "/api/v1/jobs/{job}/logs/", None, SEE),
+    "clone": ("post", "/api/v1/jobs/{job}/clone/", {}, (401, 404, 201, 201, 201, 201)),
+    "cancel": ("post", "/api/v1/jobs/{job}/cancel/", None, ACT),
+    "stop": ("post", "/api/v1/jobs/{job}/stop/", None, ACT),
+    "restart": ("post", "/api/v1/jobs/{stopped}/restart/", None, ACT),
+    "bulk cancel": ("post", "/api/v1/jobs/cancel/", {"ids": ["{job}"]}, ANY),
+    "list groups": ("get", "/api/v1/groups/", None, ANY),
+    "group": ("get", "/api/v1/groups/phusers/", None, SEE),
+    "queue": ("get", "/api/v1/groups/phusers/queue/", None, SEE),
+    "instance types": ("get", "/api/v1/groups/phusers/instance-types/", None, SEE),
+    "images": ("get", "/api/v1/groups/phusers/images/", None, SEE),
+    "utilisation": ("get", "/api/v1/utilisation/", None, ANY),
+    "usage": ("get", "/api/v1/usage/", None, ANY),
+    "vocabularies": ("get", "/api/v1/vocabularies/", None, ANY),
+}
+
+
+def _fill(value, ids):
+    if isinstance(value, str):
+        return value.format(**ids)
+    if isinstance(value, dict):
+        return {k: _fill(v, ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [int(_fill(v, ids)) for v in value]
+    return value
+
+
+def _state():
+    return sorted(Job.objects.values_list("id", "phase", "status")), JobEvent.objects.count()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("actor", ACTOR_ORDER)
+@pytest.mark.parametrize("endpoint", MATRIX)
+def test_every_endpoint_for_every_actor(world, submit, clients, endpoint, actor):
+    from jobs import services
+
+    job = submit("bob")
+    stopped = submit("bob")
+    services.job_cancel(job=stopped, by=world.users["bob"], stop=True)
+    method, path, payload, expected = MATRIX[endpoint]
+    ids = {"job": job.pk, "stopped": stopped.pk}
+    before = _state()
+
+    client = clients[actor]
+    url = _fill(path, ids)
+    if method == "get":
+        response = client.get(url)
+    else:
+        response = client.post(url, _fill(payload, ids), format="json")
+
+    status = expected[ACTOR_ORDER.index(actor)]
+    assert response.status_code == status, response.content[:300]
+    if status >= 400:
+        data = response.json()
+        assert set(data) == {"detail", "errors"} and data["detail"]
+        assert _state() == before  # nothing written
+    if endpoint == "bulk cancel" and status == 200:
+        [result] = response.json()["results"]
+        per_job = {"non_member": 404, "member": 403}.get(actor, 200)
+        assert (result["id"], result["status_code"], result["ok"]) == (job.pk, per_job, per_job == 200)

@@ -158,8 +158,11 @@ def test_bad_input_is_400_naming_the_field(world, research_only, client_for, use
     response = post(client_for(username), body)
 
     assert response.status_code == 400, response.content[:300]
-    errors = response.json()
+    body = response.json()
+    assert set(body) == {"detail", "errors"}
+    errors = body["errors"]
     assert field in errors, errors
+    assert field in body["detail"]
     assert isinstance(errors[field], list) and all(isinstance(m, str) and m for m in errors[field])
     assert_nothing_written()
 
@@ -168,7 +171,7 @@ def test_bad_input_is_400_naming_the_field(world, research_only, client_for, use
 def test_unknown_fields_are_named_with_other_errors(world, client_for):
     response = post(client_for("bob"), {**GOOD, "foo": 1, "gpus": 2, "replicas": 0})
     assert response.status_code == 400
-    assert set(response.json()) == {"foo", "gpus", "replicas"}
+    assert set(response.json()["errors"]) == {"foo", "gpus", "replicas"}
     assert_nothing_written()
 
 
@@ -176,17 +179,17 @@ def test_unknown_fields_are_named_with_other_errors(world, client_for):
 def test_service_errors_name_every_field(world, client_for):
     response = post(client_for("bob"), {**GOOD, "group": "nope", "image": "nope", "env": {"JOB_ID": "1"}})
     assert response.status_code == 400
-    assert {"group", "image", "env"} <= set(response.json())
+    assert {"group", "image", "env"} <= set(response.json()["errors"])
     assert_nothing_written()
 
 
 @pytest.mark.django_db
 def test_messages_are_readable(world, client_for):
-    errors = post(client_for("eve"), {**GOOD, "instance_type": "cpu-tiny"}).json()
+    errors = post(client_for("eve"), {**GOOD, "instance_type": "cpu-tiny"}).json()["errors"]
     assert errors["group"] == ["You are not a member of group 'phusers'."]
-    errors = post(client_for("bob"), {**GOOD, "instance_type": "gpu-4", "replicas": 2}).json()
+    errors = post(client_for("bob"), {**GOOD, "instance_type": "gpu-4", "replicas": 2}).json()["errors"]
     assert "can never run" in errors["replicas"][0]
-    errors = post(client_for("bob"), {**GOOD, "priority": "urgent"}).json()
+    errors = post(client_for("bob"), {**GOOD, "priority": "urgent"}).json()["errors"]
     assert "urgent" in errors["priority"][0]
 
 
