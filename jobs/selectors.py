@@ -48,6 +48,15 @@ def instance_types_for(group: Group | None) -> QuerySet[InstanceType]:
     return InstanceType.objects.filter(groups=group) if group else InstanceType.objects.none()
 
 
+def held_resources() -> dict[str, Sum]:
+    """Aggregates of what jobs hold (request × replicas), to annotate a values() query with gpu, cpu, memory."""
+    return {
+        "gpu": Sum(F("gpu") * F("replicas")),
+        "cpu": Sum(F("cpu_millicores") * F("replicas")),
+        "memory": Sum(F("memory_bytes") * F("replicas")),
+    }
+
+
 def group_usage(groups: Iterable[Group]) -> dict[int, dict[str, int]]:
     """Resources held right now by each group's jobs: {group_id: {gpu, cpu, memory}}."""
     ids = [g.pk for g in groups]
@@ -55,11 +64,7 @@ def group_usage(groups: Iterable[Group]) -> dict[int, dict[str, int]]:
     rows = (
         Job.objects.filter(group_id__in=ids, phase__in=RESOURCE_PHASES)
         .values("group_id")
-        .annotate(
-            gpu=Sum(F("gpu") * F("replicas")),
-            cpu=Sum(F("cpu_millicores") * F("replicas")),
-            memory=Sum(F("memory_bytes") * F("replicas")),
-        )
+        .annotate(**held_resources())
     )
     for row in rows:
         usage[row["group_id"]] = {r: row[r] or 0 for r in Resource.values}
@@ -94,12 +99,7 @@ def group_user_usage(group: Group) -> list[dict]:
     rows = (
         Job.objects.filter(group=group, phase__in=RESOURCE_PHASES)
         .values("user__username")
-        .annotate(
-            gpu=Sum(F("gpu") * F("replicas")),
-            cpu=Sum(F("cpu_millicores") * F("replicas")),
-            memory=Sum(F("memory_bytes") * F("replicas")),
-            jobs=Count("id"),
-        )
+        .annotate(**held_resources(), jobs=Count("id"))
         .order_by("-gpu", "user__username")
     )
     return [

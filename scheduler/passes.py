@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F
 from django.utils import timezone
 
 from jobs import services
 from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
 from jobs.models import Attempt, Group, GroupQuota, Job
+from jobs.selectors import held_resources
 from jobs.state_machine import InvalidTransition
 
 from .backends import get_backend
@@ -55,11 +56,7 @@ def snapshot(backend: Backend) -> Snapshot:
     usage = (
         Job.objects.filter(phase__in=RESOURCE_PHASES)
         .values("group_id", "user_id")
-        .annotate(
-            gpu=Sum(F("gpu") * F("replicas")),
-            cpu=Sum(F("cpu_millicores") * F("replicas")),
-            memory=Sum(F("memory_bytes") * F("replicas")),
-        )
+        .annotate(**held_resources())
     )
     for row in usage:
         g = groups[row["group_id"]]
