@@ -1,33 +1,46 @@
-"""Server-rendered pages: job list, submit form, job detail with events, attempts and logs, cancel, raw log.
+"""Server-rendered pages: job list, submit form, job detail with events, attempts and logs, cancel, raw log;
+a group's queue, cluster utilisation and GPU usage. Pages update live over WebSockets (``jobs.consumers``); the
+partials they refetch then (rows, the detail's live parts, the queue and utilisation blocks) come from here too.
 
 Views stay thin: reads go through ``jobs.selectors``, writes through ``jobs.services``.
 """
 
 from __future__ import annotations
 
+import os
+from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
+import yaml
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods, require_POST
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import logs, selectors, services
-from .choices import Phase
+from . import limits, logs, selectors, services
+from .choices import JobType, Phase, Resource
 from .filtersets import JobFilterSet
-from .forms import JobFilterForm, JobSubmitForm, initial_from_job
+from .forms import LABEL_BY_PRIORITY, JobFilterForm, JobSubmitForm, format_env, initial_from_job
 from .models import Attempt, Job
 from .state_machine import COLOR_NAMES, PHASE_COLORS, Color, is_terminal
 
 PAGE_SIZE = 50
 LOG_TAIL_BYTES = 256 * 1024
+# Most a "load earlier" request of the log viewer may ask for.
+LOG_RANGE_MAX_BYTES = 1024 * 1024
 # Logs shown inline on the detail page (newest attempts first); older ones are linked only.
 LOG_INLINE_MAX = 16
-REFRESH_SECONDS = 5
+USAGE_DAYS_DEFAULT = 30
+USAGE_DAYS_MAX = 366
 
 
 def _visible_job(request: HttpRequest, pk: int) -> Job:
@@ -46,13 +59,19 @@ def _legend() -> list[dict]:
     return [{"color": c, "color_name": COLOR_NAMES[c], "phases": ", ".join(p)} for c, p in rows.items()]
 
 
+def _filtered_jobs(request: HttpRequest):
+    return JobFilterSet(request.GET or None, queryset=selectors.jobs_visible_to(request.user)).qs
+
+
+def _job_page(request: HttpRequest):
+    return Paginator(_filtered_jobs(request), PAGE_SIZE).get_page(request.GET.get("page"))
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    visible = selectors.jobs_visible_to(request.user)
-    filterset = JobFilterSet(request.GET or None, queryset=visible)
     groups = list(selectors.groups_of(request.user).order_by("name").values_list("name", flat=True))
     filter_form = JobFilterForm(request.GET or None, groups=groups)
-    page = Paginator(filterset.qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = _job_page(request)
     filtered = any(request.GET.get(k) for k in ("group", "phase", "user"))
     return render(request, "jobs/job_list.html", {
         "page": page,
@@ -60,11 +79,174 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "filter_form": filter_form,
         "filtered": filtered,
         "legend": _legend(),
-        "refresh_seconds": REFRESH_SECONDS,
+        "nav_groups": groups,
+        "live_filters": {"group": request.GET.get("group", ""), "user": request.GET.get("user", ""),
+                         "phase": [p for p in request.GET.getlist("phase") if p]},
     })
 
 
+@login_required
+@require_GET
+def job_rows(request: HttpRequest) -> HttpResponse:
+    """Rows of the job list, for the live page: ``?ids=1,2`` (new jobs, if they match the list's filters, also in the
+    query string) or the page of the list's query string (catching up after a reconnect)."""
+    if "ids" in request.GET:
+        ids = [int(i) for i in request.GET["ids"].split(",") if i.strip().isdigit()][:PAGE_SIZE]
+        jobs = _filtered_jobs(request).filter(pk__in=ids)
+    else:
+        jobs = _job_page(request).object_list
+    return render(request, "jobs/_job_rows.html", {"jobs": jobs})
+
+
 # --- submit -------------------------------------------------------------------------------------------------
+
+# The fields of a YAML job spec: the API's names (POST /api/v1/jobs/), mapped to the submit form's.
+YAML_FIELDS = {
+    "name": "name", "group": "group", "image": "image", "instance_type": "instance_type", "command": "command",
+    "env": "env", "replicas": "replicas", "job_type": "job_type", "priority": "priority",
+    "preemptible": "preemptible", "backoff_limit": "retries", "active_deadline_seconds": "timeout",
+}
+YAML_MAX_BYTES = 128 * 1024
+
+
+class JobSpecYamlForm(forms.Form):
+    """A job spec pasted or uploaded as YAML; valid, it becomes the submit form's initial values."""
+
+    spec = forms.CharField(
+        required=False, strip=False, label="YAML job spec",
+        widget=forms.Textarea(attrs={
+            "rows": 8, "spellcheck": "false", "class": "mono",
+            "placeholder": "name: resnet50\ngroup: phusers\nimage: base-notebook\ninstance_type: gpu-1\n"
+                           "command: python train.py\nenv:\n  EPOCHS: 10",
+        }),
+        help_text="Fields as in the API: " + ", ".join(YAML_FIELDS) + ".",
+    )
+    spec_file = forms.FileField(required=False, label="or upload a .yaml file")
+
+    def __init__(self, *args: Any, groups: list, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.groups = {g.name: g for g in groups}
+
+    def clean(self) -> dict[str, Any]:
+        upload = self.cleaned_data.get("spec_file")
+        if upload is not None:
+            if upload.size > YAML_MAX_BYTES:
+                raise forms.ValidationError(f"The file is larger than {YAML_MAX_BYTES // 1024} KiB.")
+            try:
+                text = upload.read().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise forms.ValidationError("The file is not UTF-8 text.") from exc
+        else:
+            text = self.cleaned_data.get("spec") or ""
+        if not text.strip():
+            raise forms.ValidationError("Paste a YAML job spec or choose a file.")
+        if len(text.encode()) > YAML_MAX_BYTES:
+            raise forms.ValidationError(f"The spec is longer than {YAML_MAX_BYTES // 1024} KiB.")
+        self.cleaned_data["spec"] = text
+        self.cleaned_data["initial"] = yaml_spec_initial(text, self.groups)
+        return self.cleaned_data
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"This is not valid YAML ({where}{problem})."
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: scalars quoted and cut short, anything else by its kind (a YAML alias bomb
+    must never be printed)."""
+    if isinstance(value, str | int | float | bool):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:39] + "…"
+    return {"list": "a list", "dict": "a mapping"}.get(type(value).__name__, type(value).__name__)
+
+
+def yaml_spec_initial(text: str, groups: dict) -> dict[str, Any]:
+    """The submit form's initial values from a YAML job spec; ``ValidationError`` listing every problem."""
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise forms.ValidationError(_yaml_error(exc)) from exc
+    if not isinstance(spec, dict):
+        raise forms.ValidationError("A job spec is a mapping of field: value (e.g. \"command: python train.py\").")
+    errors: list[str] = []
+    unknown = sorted(str(k)[:40] for k in spec if k not in YAML_FIELDS)
+    if unknown:
+        errors.append(f"Unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}. "
+                      f"Known fields: {', '.join(YAML_FIELDS)}.")
+    initial: dict[str, Any] = {}
+
+    def text_field(key: str, max_length: int | None = None) -> None:
+        if key not in spec or spec[key] is None:
+            return
+        value = spec[key]
+        if not isinstance(value, str):
+            errors.append(f"{key}: expected text, got {type(value).__name__}.")
+        elif max_length and len(value) > max_length:
+            errors.append(f"{key}: at most {max_length} characters.")
+        else:
+            initial[YAML_FIELDS[key]] = value
+
+    def int_field(key: str, low: int, high: int) -> None:
+        if key not in spec or spec[key] is None:
+            return
+        value = spec[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(f"{key}: expected a whole number, got {_shown(value)}.")
+        elif not low <= value <= high:
+            errors.append(f"{key}: use {low} to {high}.")
+        else:
+            initial[YAML_FIELDS[key]] = value
+
+    for key in ("name", "group", "image", "instance_type"):
+        text_field(key, limits.NAME_MAX if key == "name" else 63)
+    text_field("command")
+    int_field("replicas", 1, limits.REPLICAS_MAX)
+    int_field("backoff_limit", 0, limits.BACKOFF_LIMIT_MAX)
+    int_field("active_deadline_seconds", 1, limits.ACTIVE_DEADLINE_MAX)
+    if spec.get("env") is not None:
+        env = spec["env"]
+        if not isinstance(env, dict) or not all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in env.values()
+        ):
+            errors.append("env: expected a mapping of NAME: value (text or numbers).")
+        else:
+            initial["env"] = format_env({str(k): v for k, v in env.items()})
+    if spec.get("job_type") is not None:
+        if spec["job_type"] not in JobType.values:
+            errors.append(f"job_type: use {' or '.join(JobType.values)}.")
+        else:
+            initial["job_type"] = spec["job_type"]
+    if spec.get("priority") is not None:
+        value = spec["priority"]
+        by_text = {label: label for label in LABEL_BY_PRIORITY.values()}
+        label = (LABEL_BY_PRIORITY.get(value) if isinstance(value, int) and not isinstance(value, bool)
+                 else by_text.get(value.strip().lower()) if isinstance(value, str) else None)
+        if label is None:
+            errors.append("priority: use low, normal or high (or 0, 50, 100).")
+        else:
+            initial["priority"] = label
+    if spec.get("preemptible") is not None:
+        if not isinstance(spec["preemptible"], bool):
+            errors.append("preemptible: use true or false.")
+        else:
+            initial["preemptible"] = spec["preemptible"]
+
+    group = groups.get(initial.get("group", "")) if "group" in initial else None
+    if "group" in initial and group is None:
+        errors.append(f"group: you are not a member of a group named '{initial['group']}'.")
+    if group is not None:
+        if "image" in initial and not selectors.images_for(group).filter(name=initial["image"]).exists():
+            errors.append(f"image: '{initial['image']}' is not an image of group {group.name}.")
+        if "instance_type" in initial and not selectors.instance_types_for(group).filter(
+            name=initial["instance_type"]
+        ).exists():
+            errors.append(f"instance_type: '{initial['instance_type']}' is not an instance type of group {group.name}.")
+    if errors:
+        raise forms.ValidationError(errors)
+    return initial
 
 
 @login_required
@@ -80,7 +262,17 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         return JobSubmitForm(user=request.user, group=group, groups=groups, **kwargs)
 
     clone_of = None
-    if request.method == "POST" and "refresh" not in request.POST:
+    yaml_form = JobSpecYamlForm(groups=groups)
+    yaml_loaded = False
+    if request.method == "POST" and "load_yaml" in request.POST:
+        yaml_form = JobSpecYamlForm(request.POST, request.FILES, groups=groups)
+        if yaml_form.is_valid():
+            initial = yaml_form.cleaned_data["initial"]
+            form = form_for(initial.get("group"), initial=initial)
+            yaml_loaded = True
+        else:
+            form = form_for(None)
+    elif request.method == "POST" and "refresh" not in request.POST:
         form = form_for(request.POST.get("group"), data=request.POST)
         form.is_valid()  # type checks first, then the service decides what may run
         try:
@@ -110,6 +302,9 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         "group": form.group,
         "quotas": selectors.quota_rows(form.group),
         "clone_of": clone_of,
+        "yaml_form": yaml_form,
+        "yaml_loaded": yaml_loaded,
+        "nav_groups": [g.name for g in groups],
     }
     if request.htmx:
         return render(request, "jobs/_group_fields.html", context)
@@ -119,29 +314,70 @@ def job_submit(request: HttpRequest) -> HttpResponse:
 # --- detail -------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LogWindow:
+    text: str
+    start: int  # byte offsets of the text in the file
+    end: int
+    size: int  # of the whole file when read
+
+
+def read_log_window(path: Path | None, *, end: int | None = None, max_bytes: int = LOG_TAIL_BYTES) -> LogWindow | None:
+    """At most ``max_bytes`` of a log ending at ``end`` (default: its end), starting at a line boundary; None if
+    there is no log. Only that much is read, so a 50 MB log opens as fast as a small one."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            stop = size if end is None else max(0, min(end, size))
+            start = max(stop - max_bytes, 0)
+            f.seek(start)
+            data = f.read(stop - start)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    stop = start + len(data)
+    if start:  # not in the middle of a line (or of a UTF-8 character)
+        newline = data.find(b"\n")
+        if 0 <= newline < len(data) - 1:
+            data = data[newline + 1:]
+            start += newline + 1
+    return LogWindow(data.decode("utf-8", errors="replace"), start, stop, size)
+
+
 @dataclass
 class ReplicaLog:
+    attempt: int
     rank: int
     url: str
-    text: str | None = None  # None: no log file yet
+    range_url: str
+    text: str | None = None  # None: no log file yet (or not read)
+    start: int = 0
+    end: int = 0
     size: int = 0
-    truncated: bool = False
     inline: bool = True
+    current: bool = False  # of the job's current attempt: followed live
+
+    @property
+    def truncated(self) -> bool:
+        return self.start > 0
 
 
-def _attempt_logs(job: Job, attempts: list[Attempt]) -> list[tuple[Attempt, list[ReplicaLog]]]:
+def _attempt_logs(job: Job, attempts: list[Attempt], *, read: bool = True) -> list[tuple[Attempt, list[ReplicaLog]]]:
     result = []
     budget = LOG_INLINE_MAX
     for attempt in sorted(attempts, key=lambda a: a.number, reverse=True):
         replicas = []
         for rank in range(attempt.replicas):
-            url = reverse("jobs:log", kwargs={"pk": job.pk, "number": attempt.number, "rank": rank})
-            entry = ReplicaLog(rank=rank, url=url, inline=budget > 0)
+            kwargs = {"pk": job.pk, "number": attempt.number, "rank": rank}
+            entry = ReplicaLog(attempt=attempt.number, rank=rank, url=reverse("jobs:log", kwargs=kwargs),
+                               range_url=reverse("jobs:log_range", kwargs=kwargs), inline=budget > 0,
+                               current=attempt.pk == job.current_attempt_id)
             if entry.inline:
                 budget -= 1
-                tail = logs.read_tail(logs.log_path(attempt, rank), LOG_TAIL_BYTES)
-                if tail:
-                    entry.text, entry.size, entry.truncated = tail.text, tail.size, tail.truncated
+                window = read_log_window(logs.log_path(attempt, rank)) if read else None
+                if window:
+                    entry.text, entry.start, entry.end, entry.size = window.text, window.start, window.end, window.size
             replicas.append(entry)
         result.append((attempt, replicas))
     return result
@@ -153,17 +389,21 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     attempts = list(job.attempts.order_by("number"))
     terminal = is_terminal(job.phase)
     can_act = selectors.job_can_act(request.user, job)
-    return render(request, "jobs/job_detail.html", {
+    live = request.GET.get("fragment") == "live"
+    context = {
         "job": job,
         "terminal": terminal,
         "can_cancel": not terminal and can_act,
         "can_restart": terminal and job.phase != Phase.SUCCEEDED and can_act,
-        "events": selectors.job_events(job),
         "attempts": attempts,
-        "logs": _attempt_logs(job, attempts),
+        # The live fragment brings new log viewers only (empty: they follow from the start of the file).
+        "logs": _attempt_logs(job, attempts, read=not live),
         "log_tail_bytes": LOG_TAIL_BYTES,
-        "refresh_seconds": REFRESH_SECONDS,
-    })
+    }
+    if live:
+        return render(request, "jobs/_detail_live.html", context)
+    context["events"] = selectors.job_events(job)
+    return render(request, "jobs/job_detail.html", context)
 
 
 def _act(request: HttpRequest, pk: int, action: str) -> HttpResponse:
@@ -206,13 +446,17 @@ def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
     return _act(request, pk, "restart")
 
 
-@login_required
-def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> FileResponse:
+def _replica_log_path(request: HttpRequest, pk: int, number: int, rank: int) -> tuple[Job, Path | None]:
     job = _visible_job(request, pk)
     attempt = get_object_or_404(Attempt, job=job, number=number)
     if rank >= attempt.replicas:
         raise Http404("No such replica.")
-    path = logs.log_path(attempt, rank)
+    return job, logs.log_path(attempt, rank)
+
+
+@login_required
+def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> FileResponse:
+    job, path = _replica_log_path(request, pk, number, rank)
     try:
         f = path.open("rb") if path else None
     except (FileNotFoundError, NotADirectoryError):
@@ -223,3 +467,124 @@ def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> FileRespon
                             filename=f"job-{job.pk}-attempt-{number}-replica-{rank}.log")
     response["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+@login_required
+@require_GET
+def job_log_range(request: HttpRequest, pk: int, number: int, rank: int) -> JsonResponse:
+    """A piece of a replica's log as JSON ``{start, end, size, text}``: the bytes before ``?end=`` (default: the
+    end of the file), at most ``?bytes=`` of them, from a line boundary. The log viewer's "load earlier"."""
+    _, path = _replica_log_path(request, pk, number, rank)
+
+    def number_arg(name: str, default: int | None) -> int | None:
+        value = request.GET.get(name, "")
+        return int(value) if value.isdigit() else default
+
+    max_bytes = min(number_arg("bytes", LOG_TAIL_BYTES) or LOG_TAIL_BYTES, LOG_RANGE_MAX_BYTES)
+    window = read_log_window(path, end=number_arg("end", None), max_bytes=max_bytes)
+    if window is None:
+        raise Http404("No log yet.")
+    response = JsonResponse({"start": window.start, "end": window.end, "size": window.size, "text": window.text})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+# --- queue, utilisation, usage ------------------------------------------------------------------------------
+
+RESOURCE_LABELS = {Resource.GPU: "GPU", Resource.CPU: "CPU", Resource.MEMORY: "Memory"}
+
+
+def _bar(used: int, quota: int | None, limit: int | None) -> dict[str, Any]:
+    """Widths (percent of the bar) of a usage bar with its quota and limit marks."""
+    scale = max(used, quota or 0, limit or 0) or 1
+    return {
+        "used_pct": round(100 * used / scale, 2),
+        "quota_pct": None if quota is None else round(100 * quota / scale, 2),
+        "limit_pct": None if limit is None or limit == quota else round(100 * limit / scale, 2),
+        "over": quota is not None and used > quota,
+        "full": quota is not None and used >= quota and quota > 0,
+    }
+
+
+def quota_bars(group, rows: list[dict]) -> list[dict]:
+    """GPU, CPU and memory of a group: used, quota and limit (a resource without a quota row: unlimited)."""
+    by_resource = {row["resource"]: row for row in rows}
+    used = selectors.group_usage([group])[group.pk] if len(by_resource) < len(Resource.values) else {}
+    bars = []
+    for resource in Resource.values:
+        row = by_resource.get(resource) or {"resource": resource, "quota": None, "limit": None,
+                                            "user_quota": None, "used": used.get(resource, 0)}
+        bars.append({**row, "label": RESOURCE_LABELS[resource], **_bar(row["used"], row["quota"], row["limit"])})
+    return bars
+
+
+def user_usage_rows(rows: list[dict]) -> list[dict]:
+    """Per user: each resource with its bar against the user quota."""
+    result = []
+    for row in rows:
+        cells = []
+        for resource in Resource.values:
+            quota = row["user_quota"].get(resource)
+            used = row["used"].get(resource, 0)
+            cells.append({"resource": resource, "used": used, "quota": quota, **_bar(used, quota, None)})
+        result.append({"user": row["user"], "jobs": row["jobs"], "cells": cells})
+    return result
+
+
+@login_required
+def group_queue(request: HttpRequest, name: str) -> HttpResponse:
+    group = get_object_or_404(selectors.groups_of(request.user), name=name)
+    page = Paginator(selectors.group_queue(group), PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "group": group,
+        "page": page,
+        "jobs": page.object_list,
+        "quotas": quota_bars(group, selectors.quota_rows(group)),
+        "users": user_usage_rows(selectors.group_user_usage(group)),
+        "resources": [RESOURCE_LABELS[r] for r in Resource.values],
+    }
+    if request.htmx:
+        return render(request, "jobs/_queue_live.html", context)
+    return render(request, "jobs/group_queue.html", context)
+
+
+@login_required
+def utilisation(request: HttpRequest) -> HttpResponse:
+    util = selectors.cluster_utilisation()
+    nodes = [{"name": n.name, "gpu_total": n.gpu_total, "gpu_used": n.gpu_used, "gpu_free": n.gpu_free,
+              **_bar(n.gpu_used, n.gpu_total, None), "quota_pct": None} for n in util["nodes"]]
+    total_bar = {**_bar(util["gpu_used"], util["gpu_total"], None), "quota_pct": None}
+    context = {"util": util, "nodes": nodes, "total_bar": total_bar,
+               "running": sum(u["running"] for u in util["users"]), "queued": sum(u["queued"] for u in util["users"])}
+    if request.htmx:
+        return render(request, "jobs/_utilisation_live.html", context)
+    return render(request, "jobs/utilisation.html", context)
+
+
+@login_required
+def usage(request: HttpRequest) -> HttpResponse:
+    days_arg = request.GET.get("days", "")
+    days = min(max(int(days_arg), 1), USAGE_DAYS_MAX) if days_arg.isdigit() else USAGE_DAYS_DEFAULT
+    by = "group" if request.GET.get("by") == "group" else "user"
+    groups = list(selectors.groups_of(request.user).order_by("name").values_list("name", flat=True))
+    group = request.GET.get("group") if request.GET.get("group") in groups else None
+    until = timezone.localdate()
+    since = until - timedelta(days=days - 1)
+    rows = selectors.gpu_usage(request.user, since=since, until=until, group=group)
+
+    per_day: dict[str, dict] = defaultdict(lambda: defaultdict(float))
+    by_pair: dict[tuple[str, str], float] = defaultdict(float)
+    for row in rows:
+        per_day[row[by]][row["day"]] += row["gpu_hours"]
+        by_pair[(row["group"], row["user"])] += row["gpu_hours"]
+    total = sum(by_pair.values())
+    series = sorted(({"name": n, "values": dict(v), "total": sum(v.values())} for n, v in per_day.items()),
+                    key=lambda s: (-s["total"], s["name"]))
+    table = [{"group": g, "user": u, "hours": h, "share": 100 * h / total if total else 0}
+             for (g, u), h in sorted(by_pair.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return render(request, "jobs/usage.html", {
+        "days": days, "by": by, "group": group, "groups": groups, "since": since, "until": until,
+        "day_list": [since + timedelta(days=i) for i in range(days)],
+        "series": series, "table": table, "total": total,
+        "day_choices": [7, 14, 30, 90, 365],
+    })

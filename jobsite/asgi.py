@@ -1,4 +1,8 @@
-"""ASGI entry point: the Django app (HTTP). WebSocket routes join it when live push lands."""
+"""ASGI entry point: the Django app for HTTP and the live WebSocket routes (``jobs.routing``).
+
+WebSockets are authenticated at the edge: the Origin must be one of ALLOWED_HOSTS and the user comes from the
+session cookie; the consumers close anonymous connections.
+"""
 
 import os
 
@@ -6,4 +10,18 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 
-application = get_asgi_application()
+# Set Django up (apps, settings) before anything imports models.
+django_application = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from jobs.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_application,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)

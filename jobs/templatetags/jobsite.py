@@ -108,3 +108,33 @@ def quota_amount(value, resource: str) -> str:
 @register.filter
 def nbytes(size) -> str:
     return memory(size) if size else "0 B"
+
+
+@register.filter
+def iso(value) -> str:
+    """A datetime as ISO 8601 (for data attributes the live pages compare and count from); empty stays empty."""
+    return value.isoformat() if value else ""
+
+
+@register.simple_tag(takes_context=True)
+def queue_groups(context) -> list[str]:
+    """Names of the groups whose queue the user may open (the nav's Queue menu). Views that already have them
+    pass ``nav_groups``; otherwise one query per request."""
+    if "nav_groups" in context:
+        return context["nav_groups"]
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return []
+    cached = getattr(request, "_jobsite_nav_groups", None)
+    if cached is None:
+        from jobs.selectors import groups_of
+
+        cached = list(groups_of(user).order_by("name").values_list("name", flat=True))
+        request._jobsite_nav_groups = cached
+    return cached
+
+
+@register.filter
+def percent(value, digits: int = 0) -> str:
+    return f"{float(value or 0):.{int(digits)}f}"

@@ -107,12 +107,12 @@ def test_detail_attempts_table(login, submit, client, make_admitted):
     assert 'class="badge badge-green"' in html and ">ContainerCreating</span>" in html
 
 
-def test_detail_refreshes_only_while_not_terminal(login, submit, client):
+def test_detail_is_live_instead_of_refreshing(login, submit, client):
+    # Live over a WebSocket (tests/live); no meta refresh reloads the page any more.
     job = submit("bob")
-    login("bob")
-    assert '<meta http-equiv="refresh"' in client.get(detail(job)).content.decode()
-    client.post(cancel(job))
-    assert '<meta http-equiv="refresh"' not in client.get(detail(job)).content.decode()
+    html = login("bob").get(detail(job)).content.decode()
+    assert '<meta http-equiv="refresh"' not in html
+    assert f'data-live="job" data-job="{job.pk}"' in html
 
 
 def test_detail_has_clone_link(login, submit, client):

@@ -97,9 +97,10 @@ def test_list_queue_position_only_for_pending(login, submit, client):
     assert "#7 in phusers" not in login("bob").get(LIST).content.decode()
 
 
-def test_list_has_legend_and_refresh(login, client, world):
+def test_list_has_legend_and_is_live(login, client, world):
     html = login("bob").get(LIST).content.decode()
-    assert '<meta http-equiv="refresh" content="5">' in html
+    assert '<meta http-equiv="refresh"' not in html  # rows change in place over a WebSocket (tests/live)
+    assert 'data-live="jobs"' in html
     assert 'aria-label="Colour legend"' in html
     for name in ["green", "orange", "blue", "grey", "red", "lightgrey"]:
         assert f"swatch badge-{name}" in html

@@ -1,0 +1,11 @@
+"""WebSocket routes (mounted by ``jobsite.asgi`` behind the origin check and session authentication)."""
+
+from django.urls import path
+
+from . import consumers
+
+websocket_urlpatterns = [
+    path("ws/jobs/", consumers.JobsConsumer.as_asgi()),
+    path("ws/jobs/<int:pk>/", consumers.JobDetailConsumer.as_asgi()),
+    path("ws/utilisation/", consumers.UtilisationConsumer.as_asgi()),
+]

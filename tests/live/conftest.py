@@ -1,0 +1,73 @@
+"""Helpers of the live tests: WebSocket communicators logged in through a real session cookie."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_asyncio
+from asgiref.sync import SyncToAsync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connections
+from django.test import Client
+
+from jobs import services
+from jobs.choices import Phase
+from jobs.models import Job
+
+IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+@pytest.fixture(autouse=True)
+def in_memory_layer(settings):
+    """The embedded default's layer (the Redis test overrides it again)."""
+    settings.CHANNEL_LAYERS = IN_MEMORY
+    settings.JOBSITE_LOG_FOLLOW_INTERVAL = 0.05
+
+
+@pytest.fixture(autouse=True)
+def _close_async_connections():
+    """database_sync_to_async runs in asgiref's one worker thread: close its connection, or the test database
+    cannot be dropped at the end of the session."""
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+
+
+def session_cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+@pytest_asyncio.fixture
+async def ws():
+    """``await ws("/ws/jobs/", user)`` → (communicator, connected); every communicator is closed afterwards."""
+    from jobsite.asgi import application
+
+    opened: list[WebsocketCommunicator] = []
+
+    async def connect(path: str, user=None, origin: bytes = b"http://testserver"):
+        headers = [(b"host", b"testserver"), (b"origin", origin)]
+        if user is not None:
+            headers.append((b"cookie", await database_sync_to_async(session_cookie)(user)))
+        communicator = WebsocketCommunicator(application, path, headers=headers)
+        connected, _ = await communicator.connect(timeout=5)
+        opened.append(communicator)
+        return communicator, connected
+
+    yield connect
+    for communicator in opened:
+        await communicator.disconnect()
+
+
+def pending(job: Job, position: int = 1, reason: str = "GroupQuota", message: str = "waiting") -> Job:
+    """Move a job to PENDING as a scheduling pass would: in a transaction, so the after-commit hooks run."""
+    return services.job_transition(job=Job.objects.get(pk=job.pk), phase=Phase.PENDING, reason=reason,
+                                   message=message, queue_position=position)
+
+
+def admitted(job: Job):
+    """PENDING, then an attempt in PREPARING on the local backend (nothing launched)."""
+    pending(job)
+    attempt = services.job_admit(job=Job.objects.get(pk=job.pk), backend="local",
+                                 placement=[{"node": "local"} for _ in range(job.replicas)])
+    return Job.objects.get(pk=job.pk), attempt

@@ -1,0 +1,337 @@
+"""The live dashboard in a real browser: Debian's Chromium (Playwright) against the ASGI app under uvicorn.
+
+pytest-django's live_server is WSGI-only and cannot serve WebSockets, so the ``asgi_server`` fixture runs
+uvicorn with ``jobsite.asgi:application`` in a thread, on the test database, with the in-memory channel layer
+(the embedded default). The test drives the scheduler itself (``scheduler.passes.schedule_pass`` and
+``scheduler.sync.sync_jobs`` in a thread it can pause), so every colour can be seen.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+from jobs import services
+from jobs.choices import Role
+from jobs.models import Job, Membership
+from scheduler.backends import get_backend
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls made here between page actions are
+# plain synchronous code all the same.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+# Records every colour each row's badge shows, in order (consecutive repeats once), without touching the page.
+WATCH_ROWS = """() => {
+  window.__colors = {};
+  const record = () => {
+    for (const row of document.querySelectorAll('#job-rows tr[data-job]')) {
+      const badge = row.querySelector('.badge');
+      const color = (badge.className.match(/badge-(\\w+)/) || [])[1];
+      const seen = (window.__colors[row.dataset.job] = window.__colors[row.dataset.job] || []);
+      if (seen[seen.length - 1] !== color) seen.push(color);
+    }
+  };
+  new MutationObserver(record).observe(document.getElementById('job-rows'),
+                                       {subtree: true, childList: true, attributes: true, characterData: true});
+  record();
+}"""
+
+
+class Scheduler(threading.Thread):
+    """The scheduler loop of the embedded server, run by the test: a pass and a sync every 0.2 s unless paused."""
+
+    def __init__(self):
+        super().__init__(name="test-scheduler", daemon=True)
+        self.paused = threading.Event()
+        self.stopping = threading.Event()
+
+    def run(self):
+        from scheduler.passes import schedule_pass
+        from scheduler.sync import sync_jobs
+
+        try:
+            while not self.stopping.is_set():
+                if not self.paused.is_set():
+                    try:
+                        schedule_pass()
+                        sync_jobs()
+                    except Exception:  # a round racing the test's teardown
+                        if not self.stopping.is_set():
+                            raise
+                time.sleep(0.2)
+        finally:
+            connections.close_all()
+
+
+@pytest.fixture
+def asgi_server(transactional_db, world):
+    import uvicorn
+
+    from jobsite.asgi import application
+
+    # Server threads close their connection after each request, so nothing holds the test database open.
+    db_settings = connections["default"].settings_dict
+    max_age = db_settings.get("CONN_MAX_AGE", 0)
+    db_settings["CONN_MAX_AGE"] = 0
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(application, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        db_settings["CONN_MAX_AGE"] = max_age
+
+
+@pytest.fixture
+def scheduler(asgi_server):
+    loop = Scheduler()
+    loop.paused.set()
+    loop.start()
+    yield loop
+    loop.stopping.set()
+    loop.join(10)
+    for job in Job.objects.exclude(phase__in=["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "PREEMPTED"]):
+        attempt = job.current_attempt
+        if attempt:  # no process outlives the test
+            get_backend().stop(job_id=job.pk, attempt_number=attempt.number, replicas=attempt.replicas, force=True)
+
+
+@pytest.fixture
+def browser(asgi_server):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+            connections.close_all()
+
+
+def logged_in(browser, base: str, username: str, path: str = "/"):
+    """A page of a fresh browser context (its own cookies) with ``username`` logged in, at ``path``."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(base + "/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", f"pw-{username}")
+    page.click("button:has-text('Log in')")
+    page.wait_for_url(base + "/")
+    if path != "/":
+        page.goto(base + path)
+    live_and_marked(page)
+    return page
+
+
+def live_and_marked(page) -> None:
+    """Wait for the page's socket, then mark the window: a reload would lose the mark."""
+    page.wait_for_function("() => window.jobsite && window.jobsite.ready && "
+                           "(window.jobsite.opened >= 1 || !document.querySelector('[data-live]'))")
+    page.evaluate("() => { window.__marker = 'still the same page'; }")
+
+
+def not_reloaded(page) -> bool:
+    return page.evaluate("() => window.__marker") == "still the same page"
+
+
+def row_badge(page, job_id: int):
+    return page.locator(f'#job-rows tr[data-job="{job_id}"] .badge')
+
+
+def wait_badge(page, job_id: int, color: str, text: str | None = None) -> None:
+    page.wait_for_selector(f'#job-rows tr[data-job="{job_id}"] .badge.badge-{color}')
+    if text is not None:
+        assert row_badge(page, job_id).inner_text() == text
+
+
+def test_owner_and_group_admin_watch_a_job_run_without_reload(browser, asgi_server, scheduler, world, submit):
+    Membership.objects.filter(group=world.groups["phusers"], user=world.users["pan"]).update(role=Role.ADMIN)
+    history = submit("lin", "gpu-1", name="earlier-run")
+    services.job_cancel(job=history, by=world.users["lin"])
+
+    owner = logged_in(browser, asgi_server, "bob")
+    admin = logged_in(browser, asgi_server, "pan")
+    outsider = logged_in(browser, asgi_server, "eve")
+    for page in (owner, admin):
+        page.evaluate(WATCH_ROWS)
+
+    form = logged_in(browser, asgi_server, "bob", "/jobs/new/")
+    form.fill("input[name=name]", "live-run")
+    form.select_option("select[name=instance_type]", "gpu-1")
+    form.fill("textarea[name=command]", "sleep 2; echo done")
+    form.click("button:has-text('Submit job')")
+    form.wait_for_url("**/jobs/*/")
+    job = Job.objects.get(name="live-run")
+    detail = form
+    live_and_marked(detail)
+    assert detail.locator("#job-head .badge").inner_text() == "Submitted"
+
+    # The new job appears at the top of both lists, orange, while the scheduler is paused.
+    for page in (owner, admin):
+        wait_badge(page, job.pk, "orange", "Submitted")
+        assert page.locator("#job-rows tr").first.get_attribute("data-job") == str(job.pk)
+    owner.screenshot(path=str(ARTIFACTS / "live-list-submitted.png"), full_page=True)
+
+    scheduler.paused.clear()
+    for page in (owner, admin):
+        wait_badge(page, job.pk, "green")
+    detail.wait_for_selector("#job-head .badge.badge-green")
+    # The log viewer of the new attempt appears and follows the file: the line arrives by itself.
+    detail.wait_for_selector("#log-1-0 pre.log-text:has-text('done')", timeout=20_000)
+    for page in (owner, admin):
+        wait_badge(page, job.pk, "blue", "Succeeded")
+        assert page.evaluate(f"() => window.__colors['{job.pk}']") == ["orange", "green", "blue"]
+        assert not_reloaded(page)
+    detail.wait_for_selector("#job-head .badge.badge-blue")
+    assert detail.locator("#log-1-0 pre.log-text").inner_text().strip() == "done"
+    events = detail.locator("#events tbody").inner_text()
+    assert "Admitted" in events and "Completed" in events
+    detail.wait_for_selector("#attempts-card td:has-text('Completed')")
+    assert not_reloaded(detail)
+    owner.screenshot(path=str(ARTIFACTS / "live-list-succeeded.png"), full_page=True)
+    detail.screenshot(path=str(ARTIFACTS / "live-detail-succeeded.png"), full_page=True)
+
+    # The user outside the group saw none of it.
+    assert outsider.evaluate("() => window.jobsite.received") == 0
+    assert outsider.locator(f'#job-rows tr[data-job="{job.pk}"]').count() == 0
+    assert not_reloaded(outsider)
+    outsider.screenshot(path=str(ARTIFACTS / "live-list-outsider.png"), full_page=True)
+
+
+def test_cancel_from_the_ui_turns_the_row_grey(browser, asgi_server, scheduler, world, submit):
+    lister = logged_in(browser, asgi_server, "bob")
+    lister.evaluate(WATCH_ROWS)
+    outsider = logged_in(browser, asgi_server, "eve")
+    job = submit("bob", "cpu-tiny", name="long-one", command="sleep 600")
+    wait_badge(lister, job.pk, "orange")
+    scheduler.paused.clear()
+    lister.wait_for_selector(f'#job-rows tr[data-job="{job.pk}"] .badge:has-text("Running")')
+
+    detail = logged_in(browser, asgi_server, "bob", f"/jobs/{job.pk}/")
+    detail.on("dialog", lambda dialog: dialog.accept())
+    detail.click("button:has-text('Cancel job')")
+    detail.wait_for_url(f"**/jobs/{job.pk}/")
+    live_and_marked(detail)
+    wait_badge(lister, job.pk, "grey", "Cancelled")
+    detail.wait_for_selector("#job-head .badge.badge-grey")
+    assert detail.locator("#job-head .actions").inner_text().count("Cancel job") == 0  # no longer offered
+    assert lister.evaluate(f"() => window.__colors['{job.pk}']")[-2:] == ["green", "grey"]
+    assert not_reloaded(lister) and not_reloaded(detail)
+    assert "CancelledByUser" in lister.locator(f'#job-rows tr[data-job="{job.pk}"] td.reason').inner_text()
+    lister.screenshot(path=str(ARTIFACTS / "live-list-cancelled.png"), full_page=True)
+    detail.screenshot(path=str(ARTIFACTS / "live-detail-cancelled.png"), full_page=True)
+    assert outsider.evaluate("() => window.jobsite.received") == 0
+
+
+def test_log_viewer_colours_safely_loads_earlier_and_queue_is_live(browser, asgi_server, world, submit):
+    from tests.live.conftest import admitted
+
+    job, attempt = admitted(submit("bob", "gpu-1", name="logs"))
+    path = get_backend().log_path(job_id=job.pk, attempt_number=1, rank=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    filler = "".join(f"line {i:06d} " + "." * 60 + "\n" for i in range(6000))  # ~450 KiB: more than the tail
+    path.write_text(filler + "\x1b[1;31mERROR\x1b[0m <img src=x onerror=\"window.__xss=1\"> \x1b[38;5;45mcyan\x1b[0m\n")
+
+    page = logged_in(browser, asgi_server, "bob", f"/jobs/{job.pk}/")
+    viewer = page.locator("#log-1-0")
+    red = viewer.locator("pre.log-text span.ansi-fg-1.ansi-bold")
+    assert red.inner_text() == "ERROR"
+    assert viewer.locator("pre.log-text img").count() == 0 and page.evaluate("() => window.__xss") is None
+    assert "<img src=x" in viewer.locator("pre.log-text").inner_text()
+    cyan = viewer.locator("pre.log-text .log-piece span").get_by_text("cyan", exact=True)
+    assert cyan.evaluate("e => e.style.color") == "rgb(0, 215, 255)"  # 256-colour 45
+    assert "line 000000" not in viewer.locator("pre.log-text").inner_text()
+
+    # Follow: appended lines arrive and the view stays at the end.
+    with path.open("a") as f:
+        f.write("\x1b[32mappended while watching\x1b[0m\n")
+    page.wait_for_selector("#log-1-0 span.ansi-fg-2:has-text('appended while watching')")
+    assert page.evaluate("""() => { const p = document.querySelector('#log-1-0 pre.log-text');
+                                    return p.scrollTop + p.clientHeight >= p.scrollHeight - 8; }""")
+    page.screenshot(path=str(ARTIFACTS / "live-log-viewer.png"), full_page=False, clip=None)
+    viewer.scroll_into_view_if_needed()
+    viewer.screenshot(path=str(ARTIFACTS / "live-log-viewer-detail.png"))
+
+    # Load earlier until the start of the file.
+    while viewer.locator("[data-log-earlier]").is_visible():
+        before = page.evaluate("() => document.querySelector('#log-1-0 pre.log-text').textContent.length")
+        viewer.locator("[data-log-earlier]").click()
+        page.wait_for_function(
+            f"() => document.querySelector('#log-1-0 pre.log-text').textContent.length > {before}")
+    assert viewer.locator("pre.log-text").inner_text().startswith("line 000000 ")
+    assert not_reloaded(page)
+    # Scrolling up stops following; "Jump to end" starts it again.
+    page.evaluate("() => { document.querySelector('#log-1-0 pre.log-text').scrollTop = 0; }")
+    page.wait_for_function("() => !document.querySelector('#log-1-0 [data-log-follow]').checked")
+    viewer.locator("[data-log-end]").click()
+    assert viewer.locator("[data-log-follow]").is_checked()
+
+    # The queue page of phusers refreshes its block when a job of the group changes.
+    queue = logged_in(browser, asgi_server, "pan", "/groups/phusers/queue/")
+    assert queue.locator(".queue-table").count() == 0
+    waiting = submit("pan", "gpu-4", name="needs-four")
+    queue.wait_for_selector(f'.queue-table tr[data-job="{waiting.pk}"]')
+    assert not_reloaded(queue)
+    queue.screenshot(path=str(ARTIFACTS / "live-queue.png"), full_page=True)
+
+    util = logged_in(browser, asgi_server, "eve", "/utilisation/")
+    assert util.locator(".tile-value").nth(1).inner_text() == "1"
+    services.job_cancel(job=Job.objects.get(pk=job.pk), by=world.users["bob"])  # TERMINATING: still holds
+    services.job_transition(job=Job.objects.get(pk=job.pk), phase="CANCELLED", status="Cancelled",
+                            reason="CancelledByUser")  # as the sync loop does once the processes are gone
+    util.wait_for_function("() => document.querySelectorAll('.tile-value')[1].textContent === '0'")
+    assert not_reloaded(util)
+    util.screenshot(path=str(ARTIFACTS / "live-utilisation.png"), full_page=True)
+
+    # Two weeks of GPU time of three users, for a chart worth looking at.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import Attempt
+
+    now = timezone.now()
+    for day in range(14):
+        for k, who in enumerate(("bob", "pan", "lin")):
+            past = submit(who, "gpu-2", name=f"past-{who}-{day}")
+            hours = (day * 7 + k * 5) % 11 + 1
+            Attempt.objects.create(job=past, number=1, replicas=1, gpu=2, backend="local",
+                                   started_at=now - timedelta(days=day, hours=hours),
+                                   ended_at=now - timedelta(days=day), gpu_seconds=2 * hours * 3600)
+    usage = logged_in(browser, asgi_server, "bob", "/usage/?days=14")
+    assert usage.locator("svg rect").count() >= 14  # one segment per user and day the attempts started
+    usage.screenshot(path=str(ARTIFACTS / "live-usage.png"), full_page=True)
+    form = logged_in(browser, asgi_server, "bob", "/jobs/new/")
+    form.click("summary:has-text('YAML job spec')")
+    form.fill("textarea[name=spec]", "name: x\ngpus: 2\nreplicas: lots\n")
+    form.click("button:has-text('Fill in the form')")
+    form.wait_for_selector("#yaml-errors")
+    assert "Unknown field: gpus" in form.inner_text("#yaml-errors")
+    form.screenshot(path=str(ARTIFACTS / "live-submit-yaml-errors.png"), full_page=True)
