@@ -38,6 +38,20 @@ def _jobsite_settings(settings, tmp_path):
     get_backend.cache_clear()
     yield
     get_backend.cache_clear()
+    _kill_leftover_replicas(tmp_path / "local")
+
+
+def _kill_leftover_replicas(root) -> None:
+    """A test that ends with a replica still running must not leave its process behind."""
+    import signal
+
+    for pid_file in root.glob("state/*/*/*/runner.pid"):
+        if (pid_file.parent / "exit_code").exists():
+            continue
+        try:
+            os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
 
 
 @pytest.fixture
