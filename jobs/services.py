@@ -56,10 +56,18 @@ def _on_commit_effects(job_id: int, old_phase: str, new_phase: str) -> None:
 
 
 def event_record(
-    *, job: Job, reason: str, message: str = "", type: str = EventType.NORMAL, attempt: Attempt | None = None
+    *, job: Job, reason: str, message: str = "", type: str = EventType.NORMAL, attempt: Attempt | None = None,
+    publish: bool = True,
 ) -> JobEvent:
-    return JobEvent.objects.create(job=job, attempt=attempt or job.current_attempt, type=type, reason=reason,
-                                   message=message)
+    """Append an event to a job's trail; open detail pages get it after commit (``job_transition`` publishes
+    its own change, so it passes ``publish=False``)."""
+    event = JobEvent.objects.create(job=job, attempt=attempt or job.current_attempt, type=type, reason=reason,
+                                    message=message)
+    if publish:
+        from .realtime import publish_job_changes
+
+        transaction.on_commit(lambda: publish_job_changes([job.pk]))
+    return event
 
 
 @transaction.atomic
@@ -137,6 +145,7 @@ def job_transition(
             type=event_type or (EventType.WARNING if warning else EventType.NORMAL),
             reason=event_reason or reason or status,
             message=message,
+            publish=False,
         )
     transaction.on_commit(lambda: _on_commit_effects(current.pk, old_phase, phase))
     for f in Job._meta.concrete_fields:  # the caller's instance shows the new state too
@@ -339,13 +348,11 @@ def job_submit(*, user: AbstractBaseUser, spec: JobSpec) -> Job:
         status="Submitted",
         queued_at=now,
     )
+    # The event publishes the new job after commit (the list shows it); then a pass queues it.
     event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
     from scheduler.triggers import request_pass
 
-    from .realtime import publish_job_changes
-
     transaction.on_commit(request_pass)
-    transaction.on_commit(lambda: publish_job_changes([job.pk]))
     return job
 
 

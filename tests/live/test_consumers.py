@@ -172,6 +172,22 @@ async def test_detail_socket_streams_its_job_and_new_events(ws, world, submit):
     assert await detail.receive_nothing(timeout=0.3)
 
 
+async def test_an_event_without_a_transition_reaches_the_detail_page(ws, world, submit):
+    job = await db(submit, "bob", name="evented")
+    detail, _ = await ws(f"/ws/jobs/{job.pk}/", world.users["bob"])
+    await detail.send_json_to({"type": "events.since", "after": 0})
+    assert (await detail.receive_json_from(timeout=3))["reason"] == "Submitted"
+
+    def record():
+        with transaction.atomic():
+            services.event_record(job=job, reason="Started", message="Started 1 replica(s) on local")
+
+    await db(record)
+    messages = [await detail.receive_json_from(timeout=3) for _ in range(2)]
+    started = [m for m in messages if m["type"] == "event.created"]
+    assert [m["reason"] for m in started] == ["Started"]
+
+
 async def test_detail_socket_follows_a_log_file(ws, world, submit):
     from scheduler.backends import get_backend
 
