@@ -178,17 +178,107 @@ class JobSubmitForm(forms.Form):
 
 def initial_from_job(job: Job) -> dict[str, Any]:
     """The submit form's values that reproduce ``job``'s spec (clone)."""
+    spec = selectors.job_spec_of(job)
     return {
-        "name": job.name,
-        "group": job.group.name,
-        "image": job.image.name,
-        "instance_type": job.instance_type.name,
-        "command": job.command,
-        "env": format_env(job.env),
-        "replicas": job.replicas,
-        "job_type": job.job_type,
-        "priority": LABEL_BY_PRIORITY.get(job.priority, Priority.NORMAL.label),
-        "preemptible": job.preemptible,
-        "timeout": job.active_deadline_seconds,
-        "retries": job.backoff_limit,
+        **{k: spec[k] for k in ("name", "group", "image", "instance_type", "command", "replicas", "job_type",
+                                "preemptible")},
+        "env": format_env(spec["env"]),
+        "priority": LABEL_BY_PRIORITY.get(spec["priority"], Priority.NORMAL.label),
+        "timeout": spec["active_deadline_seconds"],
+        "retries": spec["backoff_limit"],
     }
+
+
+# --- YAML job specs -----------------------------------------------------------------------------------------
+
+# The fields of a YAML job spec: the API's names (POST /api/v1/jobs/), mapped to the submit form's.
+YAML_FIELDS = {
+    "name": "name", "group": "group", "image": "image", "instance_type": "instance_type", "command": "command",
+    "env": "env", "replicas": "replicas", "job_type": "job_type", "priority": "priority",
+    "preemptible": "preemptible", "backoff_limit": "retries", "active_deadline_seconds": "timeout",
+}
+YAML_MAX_BYTES = 128 * 1024
+
+
+class JobSpecYamlForm(forms.Form):
+    """A job spec pasted or uploaded as YAML; valid, it becomes the submit form's initial values."""
+
+    spec = forms.CharField(
+        required=False, strip=False, label="YAML job spec",
+        widget=forms.Textarea(attrs={
+            "rows": 8, "spellcheck": "false", "class": "mono",
+            "placeholder": "name: resnet50\ngroup: phusers\nimage: base-notebook\ninstance_type: gpu-1\n"
+                           "command: python train.py\nenv:\n  EPOCHS: 10",
+        }),
+        help_text="Fields as in the API: " + ", ".join(YAML_FIELDS) + ".",
+    )
+    spec_file = forms.FileField(required=False, label="or upload a .yaml file")
+
+    def __init__(self, *args: Any, groups: list, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.groups = {g.name: g for g in groups}
+
+    def clean(self) -> dict[str, Any]:
+        upload = self.cleaned_data.get("spec_file")
+        if upload is not None:
+            if upload.size > YAML_MAX_BYTES:
+                raise forms.ValidationError(f"The file is larger than {YAML_MAX_BYTES // 1024} KiB.")
+            try:
+                text = upload.read().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise forms.ValidationError("The file is not UTF-8 text.") from exc
+        else:
+            text = self.cleaned_data.get("spec") or ""
+        if not text.strip():
+            raise forms.ValidationError("Paste a YAML job spec or choose a file.")
+        if len(text.encode()) > YAML_MAX_BYTES:
+            raise forms.ValidationError(f"The spec is longer than {YAML_MAX_BYTES // 1024} KiB.")
+        self.cleaned_data["spec"] = text
+        self.cleaned_data["initial"] = yaml_spec_initial(text, self.groups)
+        return self.cleaned_data
+
+
+def yaml_spec_initial(text: str, groups: dict[str, Group]) -> dict[str, Any]:
+    """The submit form's initial values from a YAML job spec; ``ValidationError`` listing every problem.
+
+    Read and type-checked exactly as the API reads a YAML submission (same loader, same serializer); only the
+    group's images and instance types are checked here, the rest when the form is submitted.
+    """
+    from rest_framework.exceptions import ParseError
+
+    from .api.parsers import load_yaml
+    from .api.serializers import JobSubmitSerializer
+
+    try:
+        spec = load_yaml(text)
+    except ParseError as exc:
+        raise forms.ValidationError(str(exc.detail)) from exc
+    if not isinstance(spec, dict):
+        raise forms.ValidationError("A job spec is a mapping of field: value (e.g. \"command: python train.py\").")
+    checked = JobSubmitSerializer(data=spec, partial=True)
+    if not checked.is_valid():
+        raise forms.ValidationError([
+            f"{field}: {' '.join(str(m) for m in (messages if isinstance(messages, list) else [messages]))}"
+            for field, messages in checked.errors.items()
+        ])
+    data = checked.validated_data
+    initial: dict[str, Any] = {YAML_FIELDS[k]: v for k, v in data.items() if k in YAML_FIELDS and v is not None}
+    if "env" in data:
+        initial["env"] = format_env(data["env"])
+    if "priority" in data:
+        initial["priority"] = LABEL_BY_PRIORITY[data["priority"]]
+
+    errors = []
+    group = groups.get(initial.get("group", ""))
+    if "group" in initial and group is None:
+        errors.append(f"group: you are not a member of a group named '{initial['group']}'.")
+    if group is not None:
+        if "image" in initial and not selectors.images_for(group).filter(name=initial["image"]).exists():
+            errors.append(f"image: '{initial['image']}' is not an image of group {group.name}.")
+        if "instance_type" in initial and not selectors.instance_types_for(group).filter(
+            name=initial["instance_type"]
+        ).exists():
+            errors.append(f"instance_type: '{initial['instance_type']}' is not an instance type of group {group.name}.")
+    if errors:
+        raise forms.ValidationError(errors)
+    return initial

@@ -36,6 +36,25 @@ def job_can_act(user: AbstractBaseUser, job: Job) -> bool:
     return Membership.objects.filter(user=user, group_id=job.group_id, role=Role.ADMIN).exists()
 
 
+def job_spec_of(job: Job) -> dict:
+    """The submission that reproduces ``job`` (clone): names, not ids, as a client would send it."""
+    return {
+        "name": job.name,
+        "group": job.group.name,
+        "image": job.image.name,
+        "instance_type": job.instance_type.name,
+        "command": job.command,
+        "env": dict(job.env or {}),
+        "replicas": job.replicas,
+        "job_type": job.job_type,
+        "priority": job.priority,
+        "preemptible": job.preemptible,
+        "backoff_limit": job.backoff_limit,
+        "active_deadline_seconds": job.active_deadline_seconds,
+        "ttl_seconds_after_finished": job.ttl_seconds_after_finished,
+    }
+
+
 def job_events(job: Job) -> QuerySet[JobEvent]:
     return job.events.select_related("attempt").order_by("id")
 

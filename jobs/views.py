@@ -14,8 +14,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -26,10 +24,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import limits, logs, selectors, services
-from .choices import JobType, Phase, Resource
+from . import logs, selectors, services
+from .choices import Phase, Resource
 from .filtersets import JobFilterSet
-from .forms import LABEL_BY_PRIORITY, JobFilterForm, JobSubmitForm, format_env, initial_from_job
+from .forms import JobFilterForm, JobSpecYamlForm, JobSubmitForm, initial_from_job
 from .models import Attempt, Job
 from .state_machine import COLOR_NAMES, PHASE_COLORS, Color, is_terminal
 
@@ -99,155 +97,6 @@ def job_rows(request: HttpRequest) -> HttpResponse:
 
 
 # --- submit -------------------------------------------------------------------------------------------------
-
-# The fields of a YAML job spec: the API's names (POST /api/v1/jobs/), mapped to the submit form's.
-YAML_FIELDS = {
-    "name": "name", "group": "group", "image": "image", "instance_type": "instance_type", "command": "command",
-    "env": "env", "replicas": "replicas", "job_type": "job_type", "priority": "priority",
-    "preemptible": "preemptible", "backoff_limit": "retries", "active_deadline_seconds": "timeout",
-}
-YAML_MAX_BYTES = 128 * 1024
-
-
-class JobSpecYamlForm(forms.Form):
-    """A job spec pasted or uploaded as YAML; valid, it becomes the submit form's initial values."""
-
-    spec = forms.CharField(
-        required=False, strip=False, label="YAML job spec",
-        widget=forms.Textarea(attrs={
-            "rows": 8, "spellcheck": "false", "class": "mono",
-            "placeholder": "name: resnet50\ngroup: phusers\nimage: base-notebook\ninstance_type: gpu-1\n"
-                           "command: python train.py\nenv:\n  EPOCHS: 10",
-        }),
-        help_text="Fields as in the API: " + ", ".join(YAML_FIELDS) + ".",
-    )
-    spec_file = forms.FileField(required=False, label="or upload a .yaml file")
-
-    def __init__(self, *args: Any, groups: list, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.groups = {g.name: g for g in groups}
-
-    def clean(self) -> dict[str, Any]:
-        upload = self.cleaned_data.get("spec_file")
-        if upload is not None:
-            if upload.size > YAML_MAX_BYTES:
-                raise forms.ValidationError(f"The file is larger than {YAML_MAX_BYTES // 1024} KiB.")
-            try:
-                text = upload.read().decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise forms.ValidationError("The file is not UTF-8 text.") from exc
-        else:
-            text = self.cleaned_data.get("spec") or ""
-        if not text.strip():
-            raise forms.ValidationError("Paste a YAML job spec or choose a file.")
-        if len(text.encode()) > YAML_MAX_BYTES:
-            raise forms.ValidationError(f"The spec is longer than {YAML_MAX_BYTES // 1024} KiB.")
-        self.cleaned_data["spec"] = text
-        self.cleaned_data["initial"] = yaml_spec_initial(text, self.groups)
-        return self.cleaned_data
-
-
-def _yaml_error(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"This is not valid YAML ({where}{problem})."
-
-
-def _shown(value: Any) -> str:
-    """A value for an error message: scalars quoted and cut short, anything else by its kind (a YAML alias bomb
-    must never be printed)."""
-    if isinstance(value, str | int | float | bool):
-        text = repr(value)
-        return text if len(text) <= 40 else text[:39] + "…"
-    return {"list": "a list", "dict": "a mapping"}.get(type(value).__name__, type(value).__name__)
-
-
-def yaml_spec_initial(text: str, groups: dict) -> dict[str, Any]:
-    """The submit form's initial values from a YAML job spec; ``ValidationError`` listing every problem."""
-    try:
-        spec = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise forms.ValidationError(_yaml_error(exc)) from exc
-    if not isinstance(spec, dict):
-        raise forms.ValidationError("A job spec is a mapping of field: value (e.g. \"command: python train.py\").")
-    errors: list[str] = []
-    unknown = sorted(str(k)[:40] for k in spec if k not in YAML_FIELDS)
-    if unknown:
-        errors.append(f"Unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}. "
-                      f"Known fields: {', '.join(YAML_FIELDS)}.")
-    initial: dict[str, Any] = {}
-
-    def text_field(key: str, max_length: int | None = None) -> None:
-        if key not in spec or spec[key] is None:
-            return
-        value = spec[key]
-        if not isinstance(value, str):
-            errors.append(f"{key}: expected text, got {type(value).__name__}.")
-        elif max_length and len(value) > max_length:
-            errors.append(f"{key}: at most {max_length} characters.")
-        else:
-            initial[YAML_FIELDS[key]] = value
-
-    def int_field(key: str, low: int, high: int) -> None:
-        if key not in spec or spec[key] is None:
-            return
-        value = spec[key]
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(f"{key}: expected a whole number, got {_shown(value)}.")
-        elif not low <= value <= high:
-            errors.append(f"{key}: use {low} to {high}.")
-        else:
-            initial[YAML_FIELDS[key]] = value
-
-    for key in ("name", "group", "image", "instance_type"):
-        text_field(key, limits.NAME_MAX if key == "name" else 63)
-    text_field("command")
-    int_field("replicas", 1, limits.REPLICAS_MAX)
-    int_field("backoff_limit", 0, limits.BACKOFF_LIMIT_MAX)
-    int_field("active_deadline_seconds", 1, limits.ACTIVE_DEADLINE_MAX)
-    if spec.get("env") is not None:
-        env = spec["env"]
-        if not isinstance(env, dict) or not all(
-            isinstance(v, str | int | float) and not isinstance(v, bool) for v in env.values()
-        ):
-            errors.append("env: expected a mapping of NAME: value (text or numbers).")
-        else:
-            initial["env"] = format_env({str(k): v for k, v in env.items()})
-    if spec.get("job_type") is not None:
-        if spec["job_type"] not in JobType.values:
-            errors.append(f"job_type: use {' or '.join(JobType.values)}.")
-        else:
-            initial["job_type"] = spec["job_type"]
-    if spec.get("priority") is not None:
-        value = spec["priority"]
-        by_text = {label: label for label in LABEL_BY_PRIORITY.values()}
-        label = (LABEL_BY_PRIORITY.get(value) if isinstance(value, int) and not isinstance(value, bool)
-                 else by_text.get(value.strip().lower()) if isinstance(value, str) else None)
-        if label is None:
-            errors.append("priority: use low, normal or high (or 0, 50, 100).")
-        else:
-            initial["priority"] = label
-    if spec.get("preemptible") is not None:
-        if not isinstance(spec["preemptible"], bool):
-            errors.append("preemptible: use true or false.")
-        else:
-            initial["preemptible"] = spec["preemptible"]
-
-    group = groups.get(initial.get("group", "")) if "group" in initial else None
-    if "group" in initial and group is None:
-        errors.append(f"group: you are not a member of a group named '{initial['group']}'.")
-    if group is not None:
-        if "image" in initial and not selectors.images_for(group).filter(name=initial["image"]).exists():
-            errors.append(f"image: '{initial['image']}' is not an image of group {group.name}.")
-        if "instance_type" in initial and not selectors.instance_types_for(group).filter(
-            name=initial["instance_type"]
-        ).exists():
-            errors.append(f"instance_type: '{initial['instance_type']}' is not an instance type of group {group.name}.")
-    if errors:
-        raise forms.ValidationError(errors)
-    return initial
-
 
 @login_required
 @require_http_methods(["GET", "POST"])

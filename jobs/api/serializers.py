@@ -143,25 +143,6 @@ class JobCloneSerializer(JobSubmitSerializer):
             field.required = False
 
 
-def spec_of(job: Job) -> dict[str, Any]:
-    """The submission that reproduces ``job`` (for clone): names, not ids, as a client would send it."""
-    return {
-        "name": job.name,
-        "group": job.group.name,
-        "image": job.image.name,
-        "instance_type": job.instance_type.name,
-        "command": job.command,
-        "env": dict(job.env or {}),
-        "replicas": job.replicas,
-        "job_type": job.job_type,
-        "priority": job.priority,
-        "preemptible": job.preemptible,
-        "backoff_limit": job.backoff_limit,
-        "active_deadline_seconds": job.active_deadline_seconds,
-        "ttl_seconds_after_finished": job.ttl_seconds_after_finished,
-    }
-
-
 BULK_MAX = 500
 
 

@@ -53,7 +53,6 @@ from .serializers import (
     UsageSerializer,
     UtilisationSerializer,
     VocabulariesSerializer,
-    spec_of,
 )
 
 log = logging.getLogger(__name__)
@@ -278,7 +277,7 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         self._vocabulary_checked()
         changes = JobCloneSerializer(data=request.data if request.data else {})
         changes.is_valid(raise_exception=True)
-        data = {**spec_of(job), **{k: request.data[k] for k in changes.validated_data}}
+        data = {**selectors.job_spec_of(job), **{k: request.data[k] for k in changes.validated_data}}
         new = self._submit(request, data)
         location = reverse("api:job-detail", kwargs={"pk": new.pk}, request=request)
         return self._detail(new, status_code=status.HTTP_201_CREATED, headers={"Location": location})
