@@ -3,11 +3,15 @@ the replica; Kubernetes: archived from the pod log API), so reading never needs 
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest
 
 from .models import Attempt
 
@@ -82,6 +86,24 @@ class FileSlice:
 
     def close(self) -> None:
         self.handle.close()
+
+    async def _chunks(self):
+        try:
+            while self.remaining > 0:
+                chunk = await asyncio.to_thread(self.handle.read, min(CHUNK_BYTES, self.remaining))
+                if not chunk:
+                    break
+                self.remaining -= len(chunk)
+                yield chunk
+        finally:
+            self.handle.close()
+
+    def body_for(self, request: HttpRequest) -> Iterable[bytes] | AsyncIterator[bytes]:
+        """What a StreamingHttpResponse should send: under ASGI an async iterator (Django would otherwise read a
+        sync iterator whole into memory first), under WSGI the slice itself."""
+        if isinstance(getattr(request, "_request", request), ASGIRequest):
+            return self._chunks()
+        return self
 
 
 def open_slice(path: Path | None, **kw: int | None) -> FileSlice | None:

@@ -18,7 +18,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -304,16 +304,15 @@ def _replica_log_path(request: HttpRequest, pk: int, number: int, rank: int) -> 
 
 
 @login_required
-def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> FileResponse:
+def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> StreamingHttpResponse:
+    """The whole log of a replica as a download, streamed (never read into memory whole)."""
     job, path = _replica_log_path(request, pk, number, rank)
-    try:
-        f = path.open("rb") if path else None
-    except (FileNotFoundError, NotADirectoryError):
-        f = None
-    if f is None:
+    content = logs.open_slice(path)
+    if content is None:
         raise Http404("No log yet.")
-    response = FileResponse(f, content_type="text/plain; charset=utf-8",
-                            filename=f"job-{job.pk}-attempt-{number}-replica-{rank}.log")
+    response = StreamingHttpResponse(content.body_for(request), content_type="text/plain; charset=utf-8")
+    response["Content-Length"] = str(content.remaining)
+    response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-attempt-{number}-replica-{rank}.log"'
     response["X-Content-Type-Options"] = "nosniff"
     return response
 

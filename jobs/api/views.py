@@ -428,7 +428,7 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
             response = HttpResponse(b"", content_type=TEXT_PLAIN)
             headers.update({"X-Log-Size": "0", "X-Log-Start": "0", "X-Log-End": "0"})
         else:
-            response = StreamingHttpResponse(content, content_type=TEXT_PLAIN)
+            response = StreamingHttpResponse(content.body_for(request), content_type=TEXT_PLAIN)
             headers.update({"X-Log-Size": str(content.size), "X-Log-Start": str(content.start),
                             "X-Log-End": str(content.start + content.remaining)})
         for name, value in headers.items():

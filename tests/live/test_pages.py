@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from datetime import timedelta
 
 import pytest
@@ -148,13 +147,10 @@ def test_a_50_mb_log_opens_fast_with_only_its_tail(login, submit):
     write_log(job, line * count + b"THE END\n")
     size = len(line) * count + 8
     client = login("bob")
-    started = time.perf_counter()
     response = client.get(reverse("jobs:detail", args=[job.pk]))
-    elapsed = time.perf_counter() - started
     html = response.content.decode()
     assert "THE END" in html and "last 256 KiB shown" in html
-    assert len(html) < 400 * 1024
-    assert elapsed < 5, elapsed  # generous: it reads 256 KiB, not 50 MB
+    assert len(html) < 400 * 1024  # the page carries the tail, not 50 MB
     start = int(re.search(r'id="log-1-0"[^>]*data-start="(\d+)"', html).group(1))
     assert (size - start) <= 256 * 1024 and (start % len(line)) == 0  # at a line boundary
 
@@ -168,6 +164,24 @@ def test_a_50_mb_log_opens_fast_with_only_its_tail(login, submit):
     first = client.get(url, {"end": 303, "bytes": 10_000_000}).json()
     assert (first["start"], first["end"], first["text"]) == (0, 303, (line * 3).decode())
     assert len(client.get(url, {"bytes": 10_000_000}).json()["text"]) <= 1024 * 1024
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_full_log_download_streams_under_asgi(submit, world):
+    """Under ASGI the download is an async stream read in chunks, never the whole file in memory first."""
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    job, _ = await sync_to_async(lambda: admitted(submit("bob")))()
+    body = b"line\n" * 100_000
+    await sync_to_async(write_log)(job, body)
+    client = AsyncClient()
+    await sync_to_async(client.force_login)(world.users["bob"])
+    response = await client.get(reverse("jobs:log", kwargs={"pk": job.pk, "number": 1, "rank": 0}))
+    assert response.status_code == 200 and response.is_async
+    assert response["Content-Length"] == str(len(body))
+    assert b"".join([chunk async for chunk in response.streaming_content]) == body
 
 
 def test_log_range_permissions_and_missing(login, submit):
