@@ -470,3 +470,31 @@ def job_retry_or_fail(*, job: Job, exit_code: int | None, reason: str, message: 
         )
     return job_transition(job=job, phase=Phase.FAILED, status="Fail", reason=reason, message=message,
                           exit_code=exit_code, now=now)
+
+
+# --- backend bookkeeping (not status: no event) -------------------------------------------------------------
+
+
+def attempt_claim_launch(*, attempt: Attempt, now: datetime | None = None) -> bool:
+    """Claim the launch of an attempt: True for exactly one caller (the pass's after-commit hook or a sync)."""
+    return bool(Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(
+        launched_at=now or timezone.now()))
+
+
+def attempt_record_launch(*, attempt: Attempt, backend_data: dict[str, Any]) -> None:
+    """Keep what the backend needs to find the attempt's processes or pods again."""
+    attempt.backend_data = backend_data
+    Attempt.objects.filter(pk=attempt.pk).update(backend_data=backend_data)
+
+
+def attempt_count_restart(*, attempt: Attempt) -> int:
+    """One more in-place restart of an interactive attempt; returns how many so far."""
+    restarts = attempt.backend_data.get("restarts", 0) + 1
+    attempt_record_launch(attempt=attempt, backend_data={**attempt.backend_data, "restarts": restarts})
+    return restarts
+
+
+def job_mark_cleaned(*, job_id: int, now: datetime) -> None:
+    """The job's working directories or pods are gone (TTL); its row, events and logs stay."""
+    Job.objects.filter(pk=job_id).update(cleaned_at=now)
+

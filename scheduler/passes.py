@@ -183,7 +183,7 @@ def attempt_launch(job_id: int, *, backend: Backend) -> None:
     if job.phase != Phase.PREPARING or attempt is None:
         return
     # Claim the launch: exactly one caller (the pass's after-commit hook or a later sync) starts it.
-    if not Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(launched_at=timezone.now()):
+    if not services.attempt_claim_launch(attempt=attempt):
         return
     spec = launch_spec(job, attempt)
     try:
@@ -193,7 +193,7 @@ def attempt_launch(job_id: int, *, backend: Backend) -> None:
             services.job_transition(job=job, phase=Phase.FAILED, status="Fail", reason="ContainerCannotRun",
                                     message=str(exc))
         return
-    Attempt.objects.filter(pk=attempt.pk).update(backend_data=data or {})
+    services.attempt_record_launch(attempt=attempt, backend_data=data or {})
     with transaction.atomic():
         services.event_record(job=job, attempt=attempt, reason="Started",
                               message=f"Started {attempt.replicas} replica(s)"

@@ -139,9 +139,7 @@ def _restart_in_place(job: Job, seen: list[ReplicaObservation], backend: Backend
         services.job_transition(job=job, phase=Phase.RUNNING, reason="Restarted", retry_at=None, now=now,
                                 message=f"Restarted in place (restart #{attempt.backend_data.get('restarts', 0)})")
         return
-    restarts = attempt.backend_data.get("restarts", 0) + 1
-    attempt.backend_data = {**attempt.backend_data, "restarts": restarts}
-    attempt.save(update_fields=["backend_data"])
+    restarts = services.attempt_count_restart(attempt=attempt)
     delay = min(10 * 2 ** (restarts - 1), 300)
     worst = next((o for o in seen if o.exit_code), seen[0])
     services.job_transition(
@@ -194,4 +192,4 @@ def housekeeping(*, backend: Backend | None = None, now: datetime | None = None)
                 "number", "replicas"
             ):
                 cleanup(job_id=job_id, attempt_number=number, replicas=replicas)
-        Job.objects.filter(pk=job_id).update(cleaned_at=now)
+        services.job_mark_cleaned(job_id=job_id, now=now)
