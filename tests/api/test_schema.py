@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 from django.urls import URLPattern, URLResolver, get_resolver
 from drf_spectacular.validation import validate_schema
+
+from tests.browser import chromium
 
 SCHEMA_URL = "/api/schema/"
 METHODS = {"get", "post", "put", "patch", "delete"}
@@ -123,24 +124,14 @@ def test_swagger_ui_is_served_locally(client):
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_swagger_ui_lists_every_operation_in_a_browser(live_server):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = "/usr/bin/chromium"
-    if not Path(chromium).exists():
-        pytest.skip(f"{chromium} is not installed")
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from django.test import Client
 
     schema = Client().get(SCHEMA_URL, HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     expected = sum(1 for item in schema["paths"].values() for m in item if m in METHODS)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium,
-                                    args=["--headless", "--no-sandbox", "--disable-gpu",
-                                          "--disable-background-networking"])
-        try:
-            page = browser.new_page()
-            page.goto(live_server.url + "/api/docs/")
-            page.wait_for_selector(".opblock", timeout=15_000)
-            assert page.locator(".opblock").count() == expected
-            assert page.locator("text=/api/v1/jobs/{id}/logs/").count() >= 1
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(live_server.url + "/api/docs/")
+        page.wait_for_selector(".opblock", timeout=15_000)
+        assert page.locator(".opblock").count() == expected
+        assert page.locator("text=/api/v1/jobs/{id}/logs/").count() >= 1

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes import client
 
+from tests.browser import chromium
 from tests.k8s.emulator import EmulatorServer, kubeconfig
 
 from .api import call
@@ -59,11 +60,7 @@ def kubelet(core, name, phase, state, code=None):
 
 def test_browser_submission_runs_as_a_gpu_pod_and_keeps_its_log(cluster):
     base, emulator, core = cluster
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    with chromium() as browser:
         page = browser.new_page()
         page.goto(base + "/login/")
         page.fill("input[name=username]", "bob")
@@ -76,7 +73,6 @@ def test_browser_submission_runs_as_a_gpu_pod_and_keeps_its_log(cluster):
         page.click("button:has-text('Submit job')")
         page.wait_for_url("**/jobs/*/")
         job_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
-        browser.close()
 
     token = call(base, "POST", "/api/v1/auth/token/", {"username": "bob", "password": "smoke-pass"})["token"]
     name = f"job-{job_id}-1-0"

@@ -12,7 +12,6 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connections
@@ -21,16 +20,15 @@ from jobs import services
 from jobs.choices import Role
 from jobs.models import Job, Membership
 from scheduler.backends import get_backend
+from tests.browser import ARTIFACTS, chromium
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here between page actions are
 # plain synchronous code all the same.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 # Records every colour each row's badge shows, in order (consecutive repeats once), without touching the page.
 WATCH_ROWS = """() => {
@@ -121,17 +119,11 @@ def scheduler(asgi_server):
 
 @pytest.fixture
 def browser(asgi_server):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-            connections.close_all()
+    try:
+        with chromium() as launched:
+            yield launched
+    finally:
+        connections.close_all()
 
 
 def logged_in(browser, base: str, username: str, path: str = "/"):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connections
 
 from jobs.models import InstanceType, Job
+from tests.browser import ARTIFACTS, chromium
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here between page actions are
 # plain synchronous code all the same.
@@ -17,8 +17,6 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 ORANGE = "rgb(253, 134, 8)"
 GREEN = "rgb(89, 155, 62)"
@@ -26,15 +24,7 @@ GREEN = "rgb(89, 155, 62)"
 
 @pytest.fixture
 def page(live_server):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
+    with chromium() as browser:
         context = browser.new_context(viewport={"width": 1360, "height": 900})
         pg = context.new_page()
         pg.set_default_timeout(10_000)
@@ -42,7 +32,6 @@ def page(live_server):
             yield pg
         finally:
             context.close()
-            browser.close()
             # ORM calls made while Playwright's loop ran may have opened their own connection: close it, or
             # the test database cannot be dropped at the end of the session.
             connections.close_all()
