@@ -30,29 +30,34 @@ def log_path(attempt: Attempt, rank: int) -> Path | None:
 
 
 @dataclass(frozen=True)
-class LogTail:
+class LogWindow:
     text: str
-    size: int  # of the whole file
-    truncated: bool  # the text starts after the file's start
+    start: int  # byte offsets of the text in the file
+    end: int
+    size: int  # of the whole file when read
 
 
-def read_tail(path: Path | None, max_bytes: int) -> LogTail | None:
-    """The last ``max_bytes`` of a log as text, starting at a line boundary; None if there is no log yet."""
+def read_window(path: Path | None, *, max_bytes: int, end: int | None = None) -> LogWindow | None:
+    """At most ``max_bytes`` of a log ending at ``end`` (default: its end), starting at a line boundary; None if
+    there is no log. Only that much is read, so a 50 MB log opens as fast as a small one."""
     if path is None:
         return None
     try:
         with path.open("rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = max(size - max_bytes, 0)
+            size = os.fstat(f.fileno()).st_size
+            stop = size if end is None else max(0, min(end, size))
+            start = max(stop - max_bytes, 0)
             f.seek(start)
-            data = f.read(max_bytes)
+            data = f.read(stop - start)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    stop = start + len(data)
     if start:  # not in the middle of a line (or of a UTF-8 character)
         newline = data.find(b"\n")
         if 0 <= newline < len(data) - 1:
             data = data[newline + 1:]
-    return LogTail(data.decode("utf-8", errors="replace"), size, bool(start))
+            start += newline + 1
+    return LogWindow(data.decode("utf-8", errors="replace"), start, stop, size)
 
 
 class FileSlice:

@@ -90,14 +90,19 @@ def group_usage(groups: Iterable[Group]) -> dict[int, dict[str, int]]:
     return usage
 
 
-def quota_rows(group: Group) -> list[dict]:
-    """Each quota of a group with its current usage, for admin and the UI."""
+def quota_rows(group: Group, *, every_resource: bool = False) -> list[dict]:
+    """Each quota of a group with its current usage, for admin and the UI. ``every_resource``: also the
+    resources without a quota row (quota, limit and user quota None: unlimited), in GPU, CPU, memory order."""
     usage = group_usage([group])[group.pk]
-    return [
-        {"resource": q.resource, "quota": q.quota, "limit": q.limit, "user_quota": q.user_quota,
-         "used": usage.get(q.resource, 0)}
+    rows = {
+        q.resource: {"resource": q.resource, "quota": q.quota, "limit": q.limit, "user_quota": q.user_quota,
+                     "used": usage.get(q.resource, 0)}
         for q in GroupQuota.objects.filter(group=group)
-    ]
+    }
+    if not every_resource:
+        return list(rows.values())
+    return [rows.get(r) or {"resource": r, "quota": None, "limit": None, "user_quota": None, "used": usage.get(r, 0)}
+            for r in Resource.values]
 
 
 # --- queues, utilisation, usage -----------------------------------------------------------------------------

@@ -7,7 +7,6 @@ Views stay thin: reads go through ``jobs.selectors``, writes through ``jobs.serv
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
@@ -163,37 +162,6 @@ def job_submit(request: HttpRequest) -> HttpResponse:
 # --- detail -------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LogWindow:
-    text: str
-    start: int  # byte offsets of the text in the file
-    end: int
-    size: int  # of the whole file when read
-
-
-def read_log_window(path: Path | None, *, end: int | None = None, max_bytes: int = LOG_TAIL_BYTES) -> LogWindow | None:
-    """At most ``max_bytes`` of a log ending at ``end`` (default: its end), starting at a line boundary; None if
-    there is no log. Only that much is read, so a 50 MB log opens as fast as a small one."""
-    if path is None:
-        return None
-    try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            stop = size if end is None else max(0, min(end, size))
-            start = max(stop - max_bytes, 0)
-            f.seek(start)
-            data = f.read(stop - start)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    stop = start + len(data)
-    if start:  # not in the middle of a line (or of a UTF-8 character)
-        newline = data.find(b"\n")
-        if 0 <= newline < len(data) - 1:
-            data = data[newline + 1:]
-            start += newline + 1
-    return LogWindow(data.decode("utf-8", errors="replace"), start, stop, size)
-
-
 @dataclass
 class ReplicaLog:
     attempt: int
@@ -224,7 +192,7 @@ def _attempt_logs(job: Job, attempts: list[Attempt], *, read: bool = True) -> li
                                current=attempt.pk == job.current_attempt_id)
             if entry.inline:
                 budget -= 1
-                window = read_log_window(logs.log_path(attempt, rank)) if read else None
+                window = logs.read_window(logs.log_path(attempt, rank), max_bytes=LOG_TAIL_BYTES) if read else None
                 if window:
                     entry.text, entry.start, entry.end, entry.size = window.text, window.start, window.end, window.size
             replicas.append(entry)
@@ -329,7 +297,7 @@ def job_log_range(request: HttpRequest, pk: int, number: int, rank: int) -> Json
         return int(value) if value.isdigit() else default
 
     max_bytes = min(number_arg("bytes", LOG_TAIL_BYTES) or LOG_TAIL_BYTES, LOG_RANGE_MAX_BYTES)
-    window = read_log_window(path, end=number_arg("end", None), max_bytes=max_bytes)
+    window = logs.read_window(path, end=number_arg("end", None), max_bytes=max_bytes)
     if window is None:
         raise Http404("No log yet.")
     response = JsonResponse({"start": window.start, "end": window.end, "size": window.size, "text": window.text})
@@ -354,16 +322,10 @@ def _bar(used: int, quota: int | None, limit: int | None) -> dict[str, Any]:
     }
 
 
-def quota_bars(group, rows: list[dict]) -> list[dict]:
-    """GPU, CPU and memory of a group: used, quota and limit (a resource without a quota row: unlimited)."""
-    by_resource = {row["resource"]: row for row in rows}
-    used = selectors.group_usage([group])[group.pk] if len(by_resource) < len(Resource.values) else {}
-    bars = []
-    for resource in Resource.values:
-        row = by_resource.get(resource) or {"resource": resource, "quota": None, "limit": None,
-                                            "user_quota": None, "used": used.get(resource, 0)}
-        bars.append({**row, "label": RESOURCE_LABELS[resource], **_bar(row["used"], row["quota"], row["limit"])})
-    return bars
+def quota_bars(rows: list[dict]) -> list[dict]:
+    """GPU, CPU and memory of a group (``selectors.quota_rows(group, every_resource=True)``) with their bars."""
+    return [{**row, "label": RESOURCE_LABELS[row["resource"]], **_bar(row["used"], row["quota"], row["limit"])}
+            for row in rows]
 
 
 def user_usage_rows(rows: list[dict]) -> list[dict]:
@@ -387,7 +349,7 @@ def group_queue(request: HttpRequest, name: str) -> HttpResponse:
         "group": group,
         "page": page,
         "jobs": page.object_list,
-        "quotas": quota_bars(group, selectors.quota_rows(group)),
+        "quotas": quota_bars(selectors.quota_rows(group, every_resource=True)),
         "users": user_usage_rows(selectors.group_user_usage(group)),
         "resources": [RESOURCE_LABELS[r] for r in Resource.values],
     }

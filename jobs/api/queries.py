@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, F, Sum
+from django.db.models import Count
 
 from jobs import logs, selectors
 from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Resource
@@ -34,11 +34,7 @@ def groups_overview(user: AbstractBaseUser, groups: Sequence[Group]) -> dict[int
     for row in (
         Job.objects.filter(group_id__in=ids, user=user, phase__in=RESOURCE_PHASES)
         .values("group_id")
-        .annotate(
-            gpu=Sum(F("gpu") * F("replicas")),
-            cpu=Sum(F("cpu_millicores") * F("replicas")),
-            memory=Sum(F("memory_bytes") * F("replicas")),
-        )
+        .annotate(**selectors.held_resources())
     ):
         mine[row["group_id"]] = {r: row[r] or 0 for r in Resource.values}
     counts = {gid: {"running": 0, "queued": 0} for gid in ids}

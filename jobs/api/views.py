@@ -490,8 +490,7 @@ class GroupViewSet(ApiMixin, viewsets.GenericViewSet):
         rows = [
             {"rank": first + i, "queue_position": j.queue_position, "id": j.pk, "name": j.name,
              "user": j.user.get_username(), "instance_type": j.instance_type.name, "replicas": j.replicas,
-             "request": {"gpu": j.gpu * j.replicas, "cpu": j.cpu_millicores * j.replicas,
-                         "memory": j.memory_bytes * j.replicas},
+             "request": {str(r): amount for r, amount in j.total_request.items()},
              "priority": j.priority, "preemptible": j.preemptible, "phase": j.phase, "status": j.status,
              "color": j.color, "reason": j.reason, "message": j.message, "queued_at": j.queued_at}
             for i, j in enumerate(page)
