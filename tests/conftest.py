@@ -66,6 +66,17 @@ def make_user(django_user_model):
 
 
 @pytest.fixture
+def login(client, world):
+    """login("bob") → the test client, logged in as bob."""
+
+    def do(username: str):
+        client.force_login(world.users[username])
+        return client
+
+    return do
+
+
+@pytest.fixture
 def world(db, make_user):
     """The PrimeHub example world: phusers (group 4 GPU, user 4 GPU) with bob, pan, lin; research with lin."""
     users = {name: make_user(name) for name in ["bob", "pan", "lin", "eve"]}

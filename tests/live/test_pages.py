@@ -27,15 +27,6 @@ def row_ids(html: str) -> list[int]:
     return [int(i) for i in re.findall(r'<tr id="job-(\d+)" data-job=', html)]
 
 
-@pytest.fixture
-def login(client, world):
-    def do(username: str):
-        client.force_login(world.users[username])
-        return client
-
-    return do
-
-
 def write_log(job: Job, data: bytes, number: int = 1, rank: int = 0):
     path = get_backend("local").log_path(job_id=job.pk, attempt_number=number, rank=rank)
     path.parent.mkdir(parents=True, exist_ok=True)

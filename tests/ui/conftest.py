@@ -20,15 +20,6 @@ def field_block(html: str, name: str) -> str:
 
 
 @pytest.fixture
-def login(client, world):
-    def do(username: str):
-        client.force_login(world.users[username])
-        return client
-
-    return do
-
-
-@pytest.fixture
 def make_pending():
     """Move a submitted job to PENDING with a queue position, as a scheduling pass would."""
 
