@@ -135,7 +135,7 @@ def _restart_in_place(job: Job, seen: list[ReplicaObservation], backend: Backend
     if job.status == "CrashLoopBackOff" and job.retry_at and job.retry_at > now:
         return  # waiting out the delay
     if job.status == "CrashLoopBackOff" and job.retry_at:
-        relaunch_attempt(job, attempt, backend)
+        transaction.on_commit(lambda: relaunch_attempt(job, attempt, backend))  # processes only once it holds
         services.job_transition(job=job, phase=Phase.RUNNING, reason="Restarted", retry_at=None, now=now,
                                 message=f"Restarted in place (restart #{attempt.backend_data.get('restarts', 0)})")
         return
