@@ -135,8 +135,9 @@ CELERY_TASK_IGNORE_RESULT = True
 # --- jobsite -----------------------------------------------------------------------------------------------
 JOBSITE_BACKEND = env("JOBSITE_BACKEND")
 # "inprocess": the scheduler loop runs in a thread of the web process (embedded default);
-# "celery": passes are Celery tasks and the loop is `manage.py runscheduler` (production).
-JOBSITE_SCHEDULER_MODE = env.str("JOBSITE_SCHEDULER_MODE", default="celery" if REDIS_URL else "inprocess")
+# "process": the loop is `manage.py runscheduler`, its own process (production); web processes wake it with a
+# PostgreSQL NOTIFY after commit and never talk to the cluster themselves.
+JOBSITE_SCHEDULER_MODE = env.str("JOBSITE_SCHEDULER_MODE", default="process" if REDIS_URL else "inprocess")
 JOBSITE_SCHEDULER_INTERVAL = env.float("JOBSITE_SCHEDULER_INTERVAL", default=1.0)
 JOBSITE_LOCAL_ROOT = Path(env.str("JOBSITE_LOCAL_ROOT", default=str(VAR_DIR / "local")))
 # Virtual GPUs of the local node when nvidia-smi finds none (so the demo can run GPU jobs).
@@ -164,6 +165,22 @@ LOGGING = {
 }
 # Seconds a replica may stay unreachable before its attempt fails as NodeLost and the job is retried.
 JOBSITE_NODE_LOST_GRACE_SECONDS = env.int("JOBSITE_NODE_LOST_GRACE_SECONDS", default=300)
+
+# --- control plane: one active scheduler ---------------------------------------------------------------------
+# Leader election: "lease" (a coordination.k8s.io Lease, the default with the kubernetes backend), "advisory" (a
+# PostgreSQL advisory lock, the default on PostgreSQL otherwise) or "none" (SQLite: the single embedded process).
+JOBSITE_LEADER_ELECTION = env.str("JOBSITE_LEADER_ELECTION", default="")
+JOBSITE_LEADER_LEASE_NAME = env.str("JOBSITE_LEADER_LEASE_NAME", default="jobsite-scheduler")
+# Namespace of the Lease: the scheduler's own (POD_NAMESPACE from the downward API), else the jobs' namespace.
+JOBSITE_LEADER_NAMESPACE = env.str("JOBSITE_LEADER_NAMESPACE", default=env.str("POD_NAMESPACE", default=""))
+# A leader that has not renewed for LEASE_SECONDS is replaced; it renews (and standbys retry) every RETRY_SECONDS.
+JOBSITE_LEADER_LEASE_SECONDS = env.float("JOBSITE_LEADER_LEASE_SECONDS", default=10.0)
+JOBSITE_LEADER_RETRY_SECONDS = env.float("JOBSITE_LEADER_RETRY_SECONDS", default=2.0)
+# The scheduler process serves /healthz, /readyz and /metrics on this port (0: off).
+JOBSITE_SCHEDULER_HTTP_PORT = env.int("JOBSITE_SCHEDULER_HTTP_PORT", default=9100)
+# /metrics of the web process: when set, a scraper must send `Authorization: Bearer <token>` (staff sessions may
+# always read it); when empty, /metrics is open to anyone who can reach it.
+JOBSITE_METRICS_TOKEN = env.str("JOBSITE_METRICS_TOKEN", default="")
 
 # --- Kubernetes backend (JOBSITE_BACKEND=kubernetes) ---------------------------------------------------------
 # The API server comes from KUBECONFIG (or ~/.kube/config), or the in-cluster service account when running in a pod.
@@ -194,6 +211,11 @@ JOBSITE_K8S_API_RETRIES = env.int("JOBSITE_K8S_API_RETRIES", default=5)
 JOBSITE_K8S_API_RETRY_BASE_SECONDS = env.float("JOBSITE_K8S_API_RETRY_BASE_SECONDS", default=0.5)
 # A running replica's archived log is refreshed from the pod log API at most this often (seconds).
 JOBSITE_K8S_LOG_REFRESH_SECONDS = env.float("JOBSITE_K8S_LOG_REFRESH_SECONDS", default=5.0)
+# Threads that copy new log bytes from the pod log API into the archive (never the admission thread).
+JOBSITE_K8S_LOG_WORKERS = env.int("JOBSITE_K8S_LOG_WORKERS", default=8)
+# Pods deleted with the job's grace period are force-deleted (grace 0) only when their node is lost, or when they
+# are still there this many seconds after their grace period ended (a kubelet that never confirms).
+JOBSITE_K8S_STUCK_TERMINATION_SECONDS = env.int("JOBSITE_K8S_STUCK_TERMINATION_SECONDS", default=600)
 # Archived logs of every backend that keeps them outside its own root: <root>/job-<id>/attempt-<n>/replica-<r>.log
 JOBSITE_LOG_ROOT = Path(env.str("JOBSITE_LOG_ROOT", default=str(VAR_DIR / "logs")))
 # --- end of the Kubernetes backend settings -----------------------------------------------------------------

@@ -64,6 +64,9 @@ RBAC_RULES: dict[str, frozenset[str]] = {
 }
 # Cluster-scoped, only with JOBSITE_K8S_CHECK_CAPACITY: a ClusterRole (deploy/components/capacity).
 CAPACITY_RBAC_RULES: dict[str, frozenset[str]] = {"nodes": frozenset({"list"})}
+# Leader election (scheduler.leader): the scheduler's Lease, in the control plane's own namespace.
+LEASE_API_GROUP = "coordination.k8s.io"
+LEASE_RBAC_RULES: dict[str, frozenset[str]] = {"leases": frozenset({"get", "create", "update"})}
 
 REQUEST_TIMEOUT = (10, 60)  # connect, read (seconds)
 
