@@ -18,14 +18,13 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from scheduler.core import fmt_amount
-from scheduler.triggers import request_pass
-
 from . import selectors
 from .choices import TERMINAL_PHASES, Resource
 from .models import Attempt, GpuUsage, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership
+from .rules import fmt_amount
 from .selectors import group_usage
 from .state_machine import Color
+from .wakeup import request_pass
 
 GIB = 1 << 30
 

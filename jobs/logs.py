@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
@@ -18,15 +19,27 @@ from .models import Attempt
 CHUNK_BYTES = 64 * 1024
 
 
+def log_root(backend: str) -> Path | None:
+    """Where the backend called ``backend`` keeps replica logs; None if it is unknown here.
+
+    The local backend writes them under its own root; the Kubernetes backend archives them under JOBSITE_LOG_ROOT
+    (a volume the scheduler writes and the web processes read).
+    """
+    if backend == "local":
+        return Path(settings.JOBSITE_LOCAL_ROOT) / "logs"
+    if backend == "kubernetes":
+        return Path(settings.JOBSITE_LOG_ROOT)
+    return None
+
+
+def replica_log_path(root: Path, job_id: int, attempt_number: int, rank: int) -> Path:
+    return root / f"job-{job_id}" / f"attempt-{attempt_number}" / f"replica-{rank}.log"
+
+
 def log_path(attempt: Attempt, rank: int) -> Path | None:
     """Where the log of replica ``rank`` of ``attempt`` is kept; None if its backend is unknown here."""
-    from scheduler.backends import get_backend
-
-    try:
-        backend = get_backend(attempt.backend)
-    except ValueError:
-        return None
-    return backend.log_path(job_id=attempt.job_id, attempt_number=attempt.number, rank=rank)
+    root = log_root(attempt.backend)
+    return None if root is None else replica_log_path(root, attempt.job_id, attempt.number, rank)
 
 
 @dataclass(frozen=True)

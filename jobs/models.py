@@ -249,3 +249,21 @@ class GpuUsage(Attempt):
         proxy = True
         verbose_name = "GPU usage"
         verbose_name_plural = "GPU usage"
+
+
+class Node(models.Model):
+    """A node of the cluster as the scheduler last saw it. Only the scheduler writes these rows (from its backend);
+    pages and the API read them, so they never call the cluster and work while its API is down."""
+
+    backend = models.CharField(max_length=20)
+    name = models.CharField(max_length=253)
+    # Resources the node limits, as the admission check counts them: gpu, cpu (millicores), memory (bytes).
+    allocatable = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(help_text="When the scheduler last recorded a change of the node.")
+
+    class Meta:
+        ordering = ["backend", "name"]
+        constraints = [models.UniqueConstraint(fields=["backend", "name"], name="node_backend_name")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, F, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, Resource, Role
-from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership
+from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership, Node
 
 
 def groups_of(user: AbstractBaseUser) -> QuerySet[Group]:
@@ -133,26 +135,55 @@ def group_user_usage(group: Group) -> list[dict]:
     ]
 
 
-@dataclass(frozen=True)
-class NodeUtilisation:
+@dataclass
+class NodeUsage:
+    """A node's allocatable resources and what is free of them once the attempts placed on it are counted."""
+
     name: str
-    gpu_total: int
-    gpu_used: int
+    allocatable: dict[str, int]
+    free: dict[str, int]
+    free_gpu_ids: list[int] | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def gpu_total(self) -> int:
+        return self.allocatable.get("gpu", 0)
+
+    @property
+    def gpu_used(self) -> int:
+        return self.gpu_total - self.free.get("gpu", 0)
 
     @property
     def gpu_free(self) -> int:
         return self.gpu_total - self.gpu_used
 
 
+def nodes_with_usage(backend: str) -> list[NodeUsage]:
+    """The nodes the scheduler last read from ``backend`` (the Node table), minus what the attempts holding
+    resources have placed on them. Database only: works while the cluster's API is down."""
+    nodes = [NodeUsage(n.name, dict(n.allocatable), dict(n.allocatable), None, n.updated_at)
+             for n in Node.objects.filter(backend=backend)]
+    by_name = {n.name: n for n in nodes}
+    busy_ids: dict[str, set[int]] = defaultdict(set)
+    holding = Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"), backend=backend)
+    for a in holding.select_related("job").only("placement", "job__cpu_millicores", "job__memory_bytes", "gpu"):
+        for p in a.placement.values():
+            node = by_name.get(p.get("node", ""))
+            if node is None:
+                continue
+            request = {"gpu": a.gpu, "cpu": a.job.cpu_millicores, "memory": a.job.memory_bytes}
+            for r in node.free:
+                node.free[r] -= request.get(r, 0)
+            busy_ids[node.name].update(p.get("gpu_ids", []))
+    for n in nodes:
+        if "gpu" in n.allocatable:
+            n.free_gpu_ids = [i for i in range(n.allocatable["gpu"]) if i not in busy_ids[n.name]]
+    return nodes
+
+
 def cluster_utilisation() -> dict:
     """Nodes with their GPUs, and running / queued jobs and GPUs by user (like `mcli util`)."""
-    from scheduler.backends import get_backend
-    from scheduler.passes import nodes_with_free
-
-    nodes = [
-        NodeUtilisation(n.name, n.allocatable.get("gpu", 0), n.allocatable.get("gpu", 0) - n.free.get("gpu", 0))
-        for n in nodes_with_free(get_backend())
-    ]
+    nodes = nodes_with_usage(settings.JOBSITE_BACKEND)
     by_user: dict[str, dict] = {}
     for row in (
         Job.objects.filter(phase__in=RESOURCE_PHASES | QUEUED_PHASES)

@@ -17,10 +17,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from . import limits
+from . import limits, rules
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, JobType, Phase, Priority, Resource
-from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership
-from .state_machine import check_transition
+from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership, Node
+from .rules import QuotaLimits, fmt_amount
+from .state_machine import InvalidTransition, check_transition
+from .wakeup import request_pass
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +46,13 @@ DEFAULT_STATUS = {
 
 
 def _on_commit_effects(job_id: int, old_phase: str, new_phase: str) -> None:
-    from scheduler.triggers import request_pass
-
     from .realtime import publish_job_changes
 
     publish_job_changes([job_id])  # never raises
     released = old_phase in RESOURCE_PHASES and new_phase not in RESOURCE_PHASES
     queued = new_phase in QUEUED_PHASES and old_phase not in QUEUED_PHASES
-    if released or queued:
+    # A pass for freed or queued resources; the scheduler's sync for pods to stop.
+    if released or queued or (new_phase == Phase.TERMINATING and old_phase != Phase.TERMINATING):
         request_pass()
 
 
@@ -190,8 +191,6 @@ class JobSpec:
 
 def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, preemptible: bool) -> str | None:
     """Why a request can never fit the group's quotas (a preemptible job may borrow up to the limit), or None."""
-    from scheduler.core import QuotaLimits, fmt_amount
-
     request = instance_type.request
     for q in GroupQuota.objects.filter(group=group):
         total = request[q.resource] * replicas
@@ -350,8 +349,6 @@ def job_submit(*, user: AbstractBaseUser, spec: JobSpec) -> Job:
     )
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
     event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
-    from scheduler.triggers import request_pass
-
     transaction.on_commit(request_pass)
     return job
 
@@ -407,14 +404,10 @@ def job_restart(*, job: Job, by: AbstractBaseUser) -> Job:
 
 def job_terminate(*, job: Job, target: str, reason: str, message: str, now: datetime | None = None,
                   **fields: Any) -> Job:
-    """Start stopping a job's processes/pods; it ends in ``target`` once the backend reports them gone."""
-    from scheduler.triggers import stop_attempt
-
-    job = job_transition(job=job, phase=Phase.TERMINATING, reason=reason, message=message,
-                         termination_target=target, now=now, **fields)
-    attempt_id = job.current_attempt_id
-    transaction.on_commit(lambda: stop_attempt(attempt_id))
-    return job
+    """Start stopping a job's processes/pods: the scheduler, woken after commit, asks its backend to stop them
+    with the job's grace period; the job ends in ``target`` once the backend reports them gone."""
+    return job_transition(job=job, phase=Phase.TERMINATING, reason=reason, message=message,
+                          termination_target=target, now=now, **fields)
 
 
 def job_preempt(*, job: Job, by_job_id: int, message: str, now: datetime | None = None) -> Job:
@@ -462,7 +455,7 @@ def job_retry_or_fail(*, job: Job, exit_code: int | None, reason: str, message: 
     # Earlier attempts that failed by their own exit, plus this one (whose outcome is written below).
     failures = job.attempts.filter(outcome="Error").exclude(pk=job.current_attempt_id).count() + 1
     if job.job_type == JobType.TRAINING and failures <= job.backoff_limit and reason == "Error":
-        delay = min(10 * 2 ** (failures - 1), 360)
+        delay = rules.retry_delay(failures)
         return job_transition(
             job=job, phase=Phase.BACKOFF, status="Error", reason=reason, exit_code=exit_code, now=now,
             message=f"{message}; retry {failures}/{job.backoff_limit} in {delay} s",
@@ -494,7 +487,40 @@ def attempt_count_restart(*, attempt: Attempt) -> int:
     return restarts
 
 
+def jobs_release_backoff(*, now: datetime | None = None) -> int:
+    """Move the BACKOFF jobs whose delay is over back to PENDING (a clock: the scheduler loop and Celery beat both
+    call it; each job changes under its row lock, so twice is harmless). Returns how many moved."""
+    now = now or timezone.now()
+    moved = 0
+    for job in Job.objects.filter(phase=Phase.BACKOFF, retry_at__lte=now):
+        try:
+            with transaction.atomic():
+                job_transition(job=job, phase=Phase.PENDING, reason="Retrying", now=now,
+                               message=f"Retrying after {job.message}", retry_at=None)
+            moved += 1
+        except InvalidTransition:
+            continue
+    return moved
+
+
 def job_mark_cleaned(*, job_id: int, now: datetime) -> None:
     """The job's working directories or pods are gone (TTL); its row, events and logs stay."""
     Job.objects.filter(pk=job_id).update(cleaned_at=now)
 
+
+
+def nodes_record(*, backend: str, nodes: dict[str, dict[str, int]], now: datetime | None = None) -> None:
+    """What the scheduler read of its backend's nodes (name -> allocatable): rows of nodes gone are deleted, new
+    and changed ones written (nothing is written when nothing changed). Pages and admission read these rows
+    instead of calling the cluster."""
+    known = dict(Node.objects.filter(backend=backend).values_list("name", "allocatable"))
+    if known == nodes:
+        return
+    now = now or timezone.now()
+    with transaction.atomic():
+        Node.objects.filter(backend=backend).exclude(name__in=list(nodes)).delete()
+        changed = [Node(backend=backend, name=name, allocatable=allocatable, updated_at=now)
+                   for name, allocatable in nodes.items() if known.get(name) != allocatable]
+        # Two passes at once may both write: the second one's insert becomes an update.
+        Node.objects.bulk_create(changed, update_conflicts=True, unique_fields=["backend", "name"],
+                                 update_fields=["allocatable", "updated_at"])

@@ -200,10 +200,9 @@ JOBSITE_K8S_DATASETS = env.json("JOBSITE_K8S_DATASETS", default=[])
 JOBSITE_K8S_CHECK_CAPACITY = env.bool("JOBSITE_K8S_CHECK_CAPACITY", default=False)
 # A replica still failing to pull its image this long after its pod started fails the job as FailedImagePull.
 JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS = env.int("JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS", default=120)
-# Full relist of the watched pods (catches anything a watch missed) and orphan reconcile, in seconds.
+# Seconds between re-deliveries of the watched pods' cache (a full relist only after errors), between reads of the
+# nodes (capacity checking), and between deletions of orphaned pods/services by the leader (logs archived first).
 JOBSITE_K8S_RESYNC_SECONDS = env.float("JOBSITE_K8S_RESYNC_SECONDS", default=60.0)
-# After each full relist the watch thread deletes managed pods/services of no live attempt (logs archived first).
-JOBSITE_K8S_BACKGROUND_RECONCILE = env.bool("JOBSITE_K8S_BACKGROUND_RECONCILE", default=True)
 # Server-side timeout of one watch request; the client gives up reading after this plus a margin.
 JOBSITE_K8S_WATCH_TIMEOUT_SECONDS = env.int("JOBSITE_K8S_WATCH_TIMEOUT_SECONDS", default=300)
 # Retries of a Kubernetes API call that failed with 5xx/429 or a network error, with doubling backoff.

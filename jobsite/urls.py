@@ -3,6 +3,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from jobs.health import healthz
+from jobs.metrics import metrics_view
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -10,5 +13,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("jobs.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
+    path("healthz", healthz, name="healthz"),
     path("", include("jobs.urls")),
 ]

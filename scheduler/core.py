@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-RESOURCES = ("gpu", "cpu", "memory")
+from jobs.rules import RESOURCES, QuotaLimits, fmt_amount, priority_name
 
 Resources = Mapping[str, int]
 
@@ -38,21 +38,6 @@ class Reason(enum.StrEnum):
     PREEMPTING = "Preempting"
     PREEMPTED = "Preempted"
     REQUEUED = "Requeued"
-
-
-@dataclass(frozen=True)
-class QuotaLimits:
-    """None means unlimited."""
-
-    quota: int | None = None
-    limit: int | None = None
-    user_quota: int | None = None
-
-    def ceiling(self, preemptible: bool) -> int | None:
-        """Most the group may hold: its quota, or for preemptible jobs its limit (borrowing idle resources)."""
-        if preemptible and self.limit is not None:
-            return self.limit
-        return self.quota
 
 
 @dataclass
@@ -134,24 +119,6 @@ class Outcome:
     placement: tuple[ReplicaPlacement, ...] = ()
     over_quota: bool = False  # admitted beyond the group quota (preemptible, on idle resources)
     by: int | None = None  # PREEMPT: the job that needs the resources
-
-
-PRIORITY_NAMES = {0: "low", 50: "normal", 100: "high"}
-
-
-def priority_name(priority: int) -> str:
-    return PRIORITY_NAMES.get(priority, str(priority))
-
-
-def fmt_amount(resource: str, amount: int | None) -> str:
-    if amount is None:
-        return "unlimited"
-    if resource == "gpu":
-        return f"{amount} GPU"
-    if resource == "cpu":
-        return f"{amount / 1000:g} CPU" if amount % 100 == 0 else f"{amount}m CPU"
-    gib = amount / (1 << 30)
-    return f"{gib:g} GiB" if amount % (1 << 20) == 0 else f"{amount} B memory"
 
 
 def _label(resource: str) -> str:

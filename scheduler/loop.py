@@ -1,53 +1,184 @@
-"""The scheduler loop: a pass, a sync of active jobs and housekeeping, every interval or when woken.
+"""The scheduler of a process: one leader among the scheduler processes runs admission, sync and housekeeping.
 
-The embedded default runs it as a thread of the web process (``manage.py serve``); ``manage.py runscheduler``
-runs it in the foreground.
+Threads (all daemons):
+- the elector renews or tries to take the leadership every JOBSITE_LEADER_RETRY_SECONDS (``scheduler.leader``);
+  on winning it starts the backend's watches (a fresh list), on losing it stops them and stops acting;
+- admission: a scheduling pass every interval or when woken (database only; launches go to the actuator);
+- sync: reads every active attempt back from the backend and applies what ``reconcile`` decides, runs the clocks
+  (backoff, TTL) and, now and then, deletes orphaned pods; its backend calls also go to the actuator;
+- the actuator's pool: launches, stops, relaunches and TTL cleanups, so the cluster API never holds up admission;
+- with a separate scheduler process on PostgreSQL, a listener turns the web's ``NOTIFY`` into wake-ups.
+
+The embedded default runs it as threads of the web process (``manage.py serve``); ``manage.py runscheduler`` runs it
+in the foreground, with /healthz, /readyz and /metrics on JOBSITE_SCHEDULER_HTTP_PORT.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
+from jobs.wakeup import CHANNEL, wakeup_event
+
+from . import health, metrics
+from .actuator import install_actuator
 from .backends import get_backend
+from .leader import Elector, elector_from_settings
 from .passes import schedule_pass
 from .sync import housekeeping, sync_jobs
-from .triggers import wakeup_event
 
 log = logging.getLogger(__name__)
 
+ACTUATOR_WORKERS = 4
+
 
 def tick() -> None:
+    """One round of everything, in the caller's thread (for scripts and tests)."""
     backend = get_backend()
     schedule_pass(backend=backend)
     sync_jobs(backend=backend)
     housekeeping(backend=backend)
 
 
-class SchedulerLoop(threading.Thread):
-    def __init__(self, interval: float | None = None):
-        super().__init__(name="jobsite-scheduler", daemon=True)
+class SchedulerLoop:
+    def __init__(self, interval: float | None = None, elector: Elector | None = None):
         self.interval = interval or settings.JOBSITE_SCHEDULER_INTERVAL
+        self.elector = elector or elector_from_settings()
+        self.backend = get_backend()
         self.stopping = threading.Event()
+        self.leading = threading.Event()
+        self._wake_admission = threading.Event()
+        self._wake_sync = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._next_orphan_check = 0.0
 
-    def run(self) -> None:
-        log.info("scheduler loop started (backend %s, every %.1f s)", settings.JOBSITE_BACKEND, self.interval)
-        backend = get_backend()
-        getattr(backend, "start", lambda: None)()  # e.g. the Kubernetes watch, only in the scheduler process
-        wake = wakeup_event()
-        while not self.stopping.is_set():
-            wake.clear()
-            try:
-                close_old_connections()
-                tick()
-            except Exception:  # one bad round must not stop scheduling
-                log.exception("scheduler round failed")
-            wake.wait(self.interval)
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        health.started()
+        log.info("scheduler %s starting (backend %s, every %.1f s)", self.elector.identity, self.backend.name,
+                 self.interval)
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("elector", self._elect), ("admission", self._admission), ("sync", self._sync), ("wakeup", self._fan_out),
+        ]
+        if settings.JOBSITE_SCHEDULER_MODE == "process" and connections["default"].vendor == "postgresql":
+            targets.append(("listen", self._listen))
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=f"jobsite-scheduler-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self) -> None:
         self.stopping.set()
         wakeup_event().set()
-        getattr(get_backend(), "close", lambda: None)()
+        self._wake_admission.set()
+        self._wake_sync.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    # --- leadership --------------------------------------------------------------------------------------------
+
+    def _elect(self) -> None:
+        retry = settings.JOBSITE_LEADER_RETRY_SECONDS
+        try:
+            while not self.stopping.is_set():
+                leader = self.elector.acquire_or_renew()
+                if leader and not self.leading.is_set():
+                    self._lead()
+                elif not leader and self.leading.is_set():
+                    self._stand_by("lost the leadership")
+                health.set_leader(self.leading.is_set())
+                self.stopping.wait(retry)
+        finally:
+            if self.leading.is_set():
+                self._stand_by("stopping")
+            self.elector.release()
+            health.set_leader(False)
+            connections.close_all()
+
+    def _lead(self) -> None:
+        log.info("scheduler %s is the leader", self.elector.identity)
+        install_actuator(self.backend, ACTUATOR_WORKERS)
+        getattr(self.backend, "start", lambda: None)()  # e.g. the Kubernetes watches: a fresh list
+        self._next_orphan_check = 0.0
+        self.leading.set()
+        self._wake_admission.set()
+        self._wake_sync.set()
+
+    def _stand_by(self, why: str) -> None:
+        log.warning("scheduler %s stands by: %s", self.elector.identity, why)
+        self.leading.clear()
+        getattr(self.backend, "close", lambda: None)()
+        install_actuator(self.backend, 0).shutdown()
+
+    # --- work --------------------------------------------------------------------------------------------------
+
+    def _admission(self) -> None:
+        self._rounds(self._wake_admission, self._admission_round)
+
+    def _sync(self) -> None:
+        self._rounds(self._wake_sync, self._sync_round)
+
+    def _rounds(self, wake: threading.Event, work: Callable[[], None]) -> None:
+        while not self.stopping.is_set():
+            wake.clear()
+            if self.leading.is_set():
+                try:
+                    close_old_connections()
+                    work()
+                except Exception:  # one bad round must not stop scheduling
+                    log.exception("scheduler round failed")
+            health.beat()
+            wake.wait(self.interval)
+        connections.close_all()
+
+    def _admission_round(self) -> None:
+        started = time.monotonic()
+        schedule_pass(backend=self.backend)
+        metrics.PASS_SECONDS.observe(time.monotonic() - started)
+
+    def _sync_round(self) -> None:
+        started = time.monotonic()
+        sync_jobs(backend=self.backend)
+        housekeeping(backend=self.backend)
+        metrics.SYNC_SECONDS.observe(time.monotonic() - started)
+        reconcile_orphans = getattr(self.backend, "reconcile", None)
+        if reconcile_orphans is not None and time.monotonic() >= self._next_orphan_check:
+            self._next_orphan_check = time.monotonic() + settings.JOBSITE_K8S_RESYNC_SECONDS
+            reconcile_orphans()
+
+    def _fan_out(self) -> None:
+        """One wake-up (a submit, a cancel, a finish) wakes both admission and sync."""
+        wake = wakeup_event()
+        while not self.stopping.is_set():
+            wake.wait()
+            wake.clear()
+            self._wake_admission.set()
+            self._wake_sync.set()
+
+    def _listen(self) -> None:
+        """Turn NOTIFYs from other processes (web, admin) into wake-ups."""
+        import psycopg
+
+        while not self.stopping.is_set():
+            try:
+                params = connections["default"].get_connection_params()
+                params.pop("cursor_factory", None)
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    while not self.stopping.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            wakeup_event().set()
+            except Exception as exc:
+                log.warning("scheduler: listening for wake-ups failed (%s); retrying", exc)
+                self.stopping.wait(2.0)

@@ -7,20 +7,20 @@ second pass waits and then sees the first one's admissions.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from jobs import services
 from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
 from jobs.models import Attempt, Group, GroupQuota, Job
-from jobs.selectors import held_resources
+from jobs.selectors import held_resources, nodes_with_usage
 from jobs.state_machine import InvalidTransition
 
+from . import metrics
+from .actuator import get_actuator
 from .backends import get_backend
 from .backends.base import Backend, LaunchError, LaunchReplica, LaunchSpec
 from .core import GroupState, Node, Outcome, QueuedJob, QuotaLimits, ReplicaPlacement, RunningJob, Verdict, decide
@@ -91,34 +91,20 @@ def snapshot(backend: Backend) -> Snapshot:
             "memory_bytes", "over_quota", "phase", "current_attempt__placement",
         )
     ]
-    return Snapshot(groups, queued, running, nodes_with_free(backend), shown)
+    return Snapshot(groups, queued, running, nodes_with_free(backend.name), shown)
 
 
-def nodes_with_free(backend: Backend) -> list[Node]:
-    """The backend's nodes, minus what the attempts holding resources have placed on them."""
-    nodes = backend.nodes()
-    by_name = {n.name: n for n in nodes}
-    busy_ids: dict[str, set[int]] = defaultdict(set)
-    holding = Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"),
-                                     backend=backend.name)
-    for a in holding.select_related("job").only("placement", "job__cpu_millicores", "job__memory_bytes", "gpu"):
-        for p in a.placement.values():
-            node = by_name.get(p["node"])
-            if node is None:
-                continue
-            request = {"gpu": a.gpu, "cpu": a.job.cpu_millicores, "memory": a.job.memory_bytes}
-            for r in node.free:
-                node.free[r] -= request.get(r, 0)
-            busy_ids[node.name].update(p.get("gpu_ids", []))
-    for n in nodes:
-        if "gpu" in n.allocatable:
-            n.free_gpu_ids = [i for i in range(n.allocatable["gpu"]) if i not in busy_ids[n.name]]
-    return nodes
+def nodes_with_free(backend: str) -> list[Node]:
+    """The nodes the scheduler last recorded for ``backend``, minus what the attempts holding resources have placed
+    on them (database only: nothing here waits on the cluster while the group rows are locked)."""
+    return [Node(name=n.name, allocatable=n.allocatable, free=n.free, free_gpu_ids=n.free_gpu_ids)
+            for n in nodes_with_usage(backend)]
 
 
 def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None) -> PassResult:
     backend = backend or get_backend()
     result = PassResult()
+    refresh_nodes(backend)  # before the locks: the backend answers from memory
     with transaction.atomic():
         # The scheduling lock: every group row, in a stable order.
         list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
@@ -156,7 +142,18 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
         services.job_queue_info_update(refreshed)
         admitted = list(result.admitted)
         transaction.on_commit(lambda: launch_jobs(admitted, backend=backend))
+        waited = [requests[i].queued_at for i in admitted]
+        transaction.on_commit(lambda: [metrics.observe_admission(queued_at) for queued_at in waited])
     return result
+
+
+def refresh_nodes(backend: Backend) -> None:
+    """Record the backend's nodes in the database (the Node table), for admission and the pages. The backend
+    answers from what it already knows (no cluster call here); None: it does not know yet, keep the last rows."""
+    nodes = backend.nodes()
+    if nodes is None:
+        return
+    services.nodes_record(backend=backend.name, nodes={n.name: dict(n.allocatable) for n in nodes})
 
 
 def _admit(outcome: Outcome, phase: str, replicas: int, backend: Backend, now: datetime | None) -> None:
@@ -169,11 +166,10 @@ def _admit(outcome: Outcome, phase: str, replicas: int, backend: Backend, now: d
 
 
 def launch_jobs(job_ids: list[int], *, backend: Backend) -> None:
+    """Hand the admitted jobs to the actuator (its pool in the scheduler loop): admission never waits on them."""
+    actuator = get_actuator(backend)
     for job_id in job_ids:
-        try:
-            attempt_launch(job_id, backend=backend)
-        except Exception:
-            log.exception("launching job %s failed", job_id)
+        actuator.launch(job_id)
 
 
 def attempt_launch(job_id: int, *, backend: Backend) -> None:
@@ -228,9 +224,11 @@ def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
     )
 
 
-def relaunch_attempt(job: Job, attempt: Attempt, backend: Backend) -> None:
+def attempt_relaunch(job_id: int, *, backend: Backend) -> None:
     """Start the replicas of the current attempt again, in place (interactive jobs)."""
-    backend.launch(launch_spec(job, attempt))
+    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type").get(pk=job_id)
+    if job.phase == Phase.RUNNING and job.current_attempt is not None:
+        backend.launch(launch_spec(job, job.current_attempt))
 
 
 def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:
@@ -246,10 +244,3 @@ def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:
         "WORLD_SIZE": str(job.replicas),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
     }
-
-
-def attempt_stop(attempt_id: int, *, force: bool = False) -> None:
-    attempt = Attempt.objects.get(pk=attempt_id)
-    get_backend(attempt.backend).stop(job_id=attempt.job_id, attempt_number=attempt.number,
-                                      replicas=attempt.replicas, force=force)
-

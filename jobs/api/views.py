@@ -416,14 +416,11 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         }
         content = None
         if attempt is not None:  # not admitted yet: no log so far
-            from scheduler.backends import get_backend
-
-            try:
-                get_backend(attempt.backend)
-            except ValueError as exc:
-                raise exceptions.NotFound(f"The logs of backend '{attempt.backend}' are not available here.") from exc
+            path = logs.log_path(attempt, replica)
+            if path is None:
+                raise exceptions.NotFound(f"The logs of backend '{attempt.backend}' are not available here.")
             # The file may grow while it is sent: send what it held when opened.
-            content = logs.open_slice(logs.log_path(attempt, replica), start=start, end=end, tail_bytes=tail_bytes)
+            content = logs.open_slice(path, start=start, end=end, tail_bytes=tail_bytes)
         if content is None:
             response = HttpResponse(b"", content_type=TEXT_PLAIN)
             headers.update({"X-Log-Size": "0", "X-Log-Start": "0", "X-Log-End": "0"})

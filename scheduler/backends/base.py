@@ -27,6 +27,9 @@ class ReplicaObservation:
     status: str = ""  # fine status to show, e.g. "ImagePullBackOff", "Init:1/2"; empty: the phase's default
     reason: str = ""  # for FAILED: the job's failure reason, e.g. "FailedImagePull"
     message: str = ""
+    # Its object still exists on the cluster and holds its node's resources until it is deleted (a pod, even one
+    # whose container ended). A local process that exited holds nothing: False.
+    present: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,10 @@ class Backend(Protocol):
         """Start every replica; return backend data to keep on the attempt."""
 
     def stop(self, *, job_id: int, attempt_number: int, replicas: int, force: bool = False) -> None:
-        """Ask every replica to stop (SIGTERM / delete); force kills (SIGKILL / grace 0)."""
+        """Ask every replica to stop with the job's grace period (SIGTERM / delete); force kills (SIGKILL / grace 0)."""
+
+    def stuck_after(self) -> float:
+        """Seconds after a graceful stop past which replicas still there are force-stopped."""
 
     def observe(self, *, job_id: int, attempt_number: int, replicas: int) -> list[ReplicaObservation]:
         """The state of each replica of an attempt, read from the backend (survives restarts)."""

@@ -59,7 +59,7 @@ def observe_pod(pod: Any, *, rank: int, name: str, now: datetime, image_pull_gra
     pod = as_dict(pod)
     if pod is None:
         return ReplicaObservation(rank, S.LOST, message=f"pod {name} vanished")
-    obs = _observe(pod, rank, name, now, image_pull_grace)
+    obs = replace(_observe(pod, rank, name, now, image_pull_grace), present=True)
     if (pod.get("metadata") or {}).get("deletionTimestamp") and obs.state in (S.STARTING, S.RUNNING):
         obs = replace(obs, status="Terminating")
     return obs

@@ -29,12 +29,13 @@ from typing import Any
 
 import urllib3
 from django.conf import settings
-from django.db import close_old_connections, connections
 from django.db.models import F
 from django.utils import timezone
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from jobs.logs import replica_log_path
+from scheduler import metrics
 from scheduler.core import Node
 
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
@@ -119,7 +120,6 @@ class KubernetesBackend:
         *,
         namespace: str | None = None,
         log_root: Path | str | None = None,
-        background_reconcile: bool | None = None,
     ):
         self._api_client = api_client
         self.namespace = namespace or settings.JOBSITE_K8S_NAMESPACE
@@ -129,8 +129,6 @@ class KubernetesBackend:
         self.retry_base = settings.JOBSITE_K8S_API_RETRY_BASE_SECONDS
         self.image_pull_grace = settings.JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS
         self.log_refresh = settings.JOBSITE_K8S_LOG_REFRESH_SECONDS
-        self.background_reconcile = (settings.JOBSITE_K8S_BACKGROUND_RECONCILE if background_reconcile is None
-                                     else background_reconcile)
         self._start_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._pods: Informer | None = None
@@ -139,6 +137,10 @@ class KubernetesBackend:
         self._log_final: set[str] = set()  # pods whose ended container's log is archived
         self._seen_events: set[tuple[str, int]] = set()
         self._unlaunched: dict[tuple[int, int], LaunchSpec] = {}  # launches an API outage cut short
+        self._nodes: list[Node] | None = None  # the last read of the nodes (capacity checking)
+        self._nodes_read = threading.Event()
+        self._nodes_thread: threading.Thread | None = None
+        self._closing = threading.Event()
         KubernetesBackend.instances.add(self)
 
     # --- plumbing ----------------------------------------------------------------------------------------
@@ -160,6 +162,7 @@ class KubernetesBackend:
             try:
                 return fn(*args, **kwargs)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                metrics.api_error(getattr(fn, "__name__", str(fn)), metrics.api_error_code(exc))
                 if not is_transient(exc):
                     raise
                 if attempt == retries:
@@ -190,19 +193,27 @@ class KubernetesBackend:
                               watch_timeout=settings.JOBSITE_K8S_WATCH_TIMEOUT_SECONDS, retry_base=self.retry_base)
                 self._pods = Informer(
                     name="pods", list_func=self.core.list_namespaced_pod, namespace=self.namespace,
-                    list_kwargs={"label_selector": SELECTOR}, accept=is_managed, on_relist=self._after_relist,
-                    **common,
+                    list_kwargs={"label_selector": SELECTOR}, accept=is_managed, **common,
                 )
                 self._events = Informer(
                     name="events", list_func=self.core.list_namespaced_event, namespace=self.namespace,
                     list_kwargs={"field_selector": "involvedObject.kind=Pod"}, accept=_is_job_pod_event,
                     index=lambda e: (e.get("involvedObject") or {}).get("name"), **common,
                 )
+                metrics.register_informer(self._pods)
+                metrics.register_informer(self._events)
+                metrics.register_pods_source(self.cached_pods)
             self._pods.start()
             self._events.start()
+            if settings.JOBSITE_K8S_CHECK_CAPACITY and (self._nodes_thread is None
+                                                        or not self._nodes_thread.is_alive()):
+                self._closing.clear()
+                self._nodes_thread = threading.Thread(target=self._poll_nodes, name="k8s-nodes", daemon=True)
+                self._nodes_thread.start()
 
     def close(self) -> None:
-        """Stop the watches (their threads end at once)."""
+        """Stop the watches and the node reads (their threads end at once)."""
+        self._closing.set()
         for informer in (self._pods, self._events):
             if informer is not None:
                 informer.stop()
@@ -215,21 +226,27 @@ class KubernetesBackend:
     def events_informer(self) -> Informer | None:
         return self._events
 
-    def _after_relist(self) -> None:
-        if not self.background_reconcile:
-            return
-        close_old_connections()
-        try:
-            self.reconcile()
-        finally:
-            connections.close_all()  # this thread's own connection
-
     # --- the interface -----------------------------------------------------------------------------------
 
-    def nodes(self) -> list[Node]:
-        self.start()
+    def nodes(self) -> list[Node] | None:
+        """The Ready nodes' allocatable resources as last read (every JOBSITE_K8S_RESYNC_SECONDS, by a thread of
+        their own), when capacity checking is on; none when it is off. Waits only for the very first read."""
         if not settings.JOBSITE_K8S_CHECK_CAPACITY:
             return []
+        self.start()
+        self._nodes_read.wait(10)
+        return self._nodes
+
+    def _poll_nodes(self) -> None:
+        while not self._closing.is_set():
+            try:
+                self._nodes = self.read_nodes()
+                self._nodes_read.set()
+            except Exception as exc:  # keep the last read; the Node table keeps the last recorded
+                log.warning("reading the nodes failed: %s", exc)
+            self._closing.wait(min(settings.JOBSITE_K8S_RESYNC_SECONDS, 30.0))
+
+    def read_nodes(self) -> list[Node]:
         data = json.loads(self._call(self.core.list_node, _preload_content=False).data or b"{}")
         wanted = self.defaults.node_selector
         result = []
@@ -248,6 +265,10 @@ class KubernetesBackend:
             result.append(Node(name=meta.get("name", ""), allocatable=allocatable, free=dict(allocatable),
                                free_gpu_ids=None))
         return result
+
+    def stuck_after(self) -> float:
+        """Pods deleted with the job's grace period are force-deleted only when still there this long after."""
+        return float(TERMINATION_GRACE_SECONDS + settings.JOBSITE_K8S_STUCK_TERMINATION_SECONDS)
 
     def launch(self, spec: LaunchSpec) -> dict:
         return self._launch(spec, retries=None)
@@ -344,7 +365,7 @@ class KubernetesBackend:
         return result
 
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
-        return self.log_root / f"job-{job_id}" / f"attempt-{attempt_number}" / f"replica-{rank}.log"
+        return replica_log_path(self.log_root, job_id, attempt_number, rank)
 
     # --- pods ----------------------------------------------------------------------------------------------
 
@@ -363,6 +384,11 @@ class KubernetesBackend:
             raise
         # Not put into the cache: a DELETED event may already have passed it, and the watch brings it anyway.
         return json.loads(resp.data)
+
+    def cached_pods(self) -> list[dict] | None:
+        """The managed pods as the watch knows them; None while it has not listed them (for /metrics)."""
+        informer = self._pods
+        return informer.items() if informer is not None and informer.synced.is_set() else None
 
     def managed_pods(self) -> list[dict]:
         informer = self._pods

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from jobs.logs import replica_log_path
 from scheduler.core import Node
 
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
@@ -64,7 +65,7 @@ class LocalBackend:
         return (
             self.root / "work" / rel / f"replica-{rank}",
             self.root / "state" / rel / f"replica-{rank}",
-            self.root / "logs" / rel / f"replica-{rank}.log",
+            replica_log_path(self.root / "logs", job_id, attempt_number, rank),
         )
 
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
@@ -104,6 +105,10 @@ class LocalBackend:
             return pid if proc_start_time(pid) == start else None
         except (OSError, ValueError):
             return None
+
+    def stuck_after(self) -> float:
+        # This backend is its own kubelet: SIGKILL once the grace period after SIGTERM is over.
+        return float(settings.JOBSITE_TERMINATION_GRACE_SECONDS)
 
     def stop(self, *, job_id: int, attempt_number: int, replicas: int, force: bool = False) -> None:
         sig = signal.SIGKILL if force else signal.SIGTERM

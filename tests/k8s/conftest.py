@@ -48,7 +48,6 @@ def k8s(settings, emulator, tmp_path, monkeypatch):
     settings.JOBSITE_K8S_NAMESPACE = NAMESPACE
     settings.JOBSITE_LOG_ROOT = tmp_path / "logs"
     settings.JOBSITE_K8S_API_RETRY_BASE_SECONDS = 0.01
-    settings.JOBSITE_K8S_BACKGROUND_RECONCILE = False  # a test's rows are invisible to other threads
     settings.JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS = 120
     settings.JOBSITE_K8S_LOG_REFRESH_SECONDS = 0
     settings.JOBSITE_K8S_CHECK_CAPACITY = False

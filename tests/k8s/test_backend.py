@@ -17,7 +17,7 @@ from jobs.choices import Phase
 from scheduler.backends import get_backend
 from scheduler.backends.base import ReplicaState
 from scheduler.backends.kubernetes import RBAC_RULES, KubernetesBackend
-from scheduler.passes import attempt_stop, schedule_pass
+from scheduler.passes import schedule_pass
 from scheduler.sync import sync_jobs
 
 from .conftest import NAMESPACE, wait_for
@@ -234,7 +234,7 @@ def test_cancel_deletes_the_pods_and_keeps_the_log(submit, world, core, kubelet,
     services.job_cancel(job=job, by=world.users["bob"])
     job.refresh_from_db()
     assert job.phase == Phase.TERMINATING
-    attempt_stop(job.current_attempt_id)  # what the after-commit hook does
+    sync_jobs()  # the scheduler stops the pods of a TERMINATING job
     deletes = [p for m, p, q, _ in k8s.emu.journal if m == "DELETE"]
     assert deletes == [f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"]
     with pytest.raises(client.ApiException):
@@ -256,7 +256,7 @@ def test_terminating_pod_shows_terminating_until_it_is_gone(submit, world, core,
     settle({name: phase_is("Running")})
     sync_jobs()
     services.job_cancel(job=job, by=world.users["bob"])
-    attempt_stop(job.current_attempt_id)
+    sync_jobs()
     settle({name: lambda p: p["metadata"].get("deletionTimestamp")})
     [obs] = backend().observe(job_id=job.pk, attempt_number=1, replicas=1)
     assert (obs.state, obs.status) == (ReplicaState.RUNNING, "Terminating")
@@ -288,7 +288,7 @@ def test_multi_replica_job_gets_a_service_and_cancel_removes_everything(submit, 
     job.refresh_from_db()
     assert job.phase == Phase.RUNNING
     services.job_cancel(job=job, by=world.users["lin"])
-    attempt_stop(job.current_attempt_id)
+    sync_jobs()
     settle({n: None for n in names})
     with pytest.raises(client.ApiException):
         core.read_namespaced_service(f"job-{job.pk}-1", NAMESPACE)
@@ -413,9 +413,13 @@ def test_reconcile_deletes_orphans_only(submit, core, kubelet, k8s):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_reconcile_runs_in_the_background_after_each_relist(settings, core, emulator):
+def test_the_leaders_sync_round_deletes_orphans_and_nothing_else_does(settings, core, k8s):
+    from scheduler.leader import SoleElector
+    from scheduler.loop import SchedulerLoop
+
     settings.JOBSITE_K8S_RESYNC_SECONDS = 0.3
-    b = KubernetesBackend(emulator.api_client(), namespace=NAMESPACE, background_reconcile=True)
+    settings.JOBSITE_SCHEDULER_INTERVAL = 0.1
+    b = backend()
     b.start()
     assert b.pods_informer.wait_synced(5)
     core.create_namespaced_pod(NAMESPACE, {
@@ -424,9 +428,18 @@ def test_reconcile_runs_in_the_background_after_each_relist(settings, core, emul
             "app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "424242", "jobsite/attempt": "1",
             "jobsite/replica": "0"}},
         "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
-    wait_for(lambda: "job-424242-1-0" not in {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items},
-             timeout=8, what="the orphan deleted by the watch thread")
-    b.close()
+    wait_for(lambda: b.pods_informer.get("job-424242-1-0"), what="the orphan in the cache")
+    # The watch alone (any process) deletes nothing: its relists and resyncs only read.
+    wait_for(lambda: b.pods_informer.resyncs + b.pods_informer.relists >= 3, timeout=10, what="resyncs")
+    assert not [m for m, *_ in k8s.emu.journal if m == "DELETE"]
+    loop = SchedulerLoop(elector=SoleElector())
+    loop.start()
+    try:
+        wait_for(lambda: "job-424242-1-0" not in {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items},
+                 timeout=15, what="the orphan deleted by the leader's sync round")
+    finally:
+        loop.stop()
+        loop.join(10)
 
 
 def test_launch_retries_server_errors(submit, core, k8s):
@@ -540,7 +553,7 @@ def test_the_backend_calls_exactly_what_the_role_grants(submit, world, core, kub
     wait_for(lambda: backend().events_informer.synced.is_set(), what="events synced")
     sync_jobs()
     services.job_cancel(job=job, by=world.users["lin"])
-    attempt_stop(job.current_attempt_id)
+    sync_jobs()
     settle({n: None for n in names})
     sync_jobs()  # the pods are not in the cache: read directly, 404, gone
     job.refresh_from_db()

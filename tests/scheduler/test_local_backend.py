@@ -110,9 +110,7 @@ def test_cancel_running_sleep_ends_cancelled_and_kills_the_process(submit, world
     assert alive(pid)
     started = time.monotonic()
     services.job_cancel(job=job, by=world.users["bob"])
-    from scheduler.passes import attempt_stop
-
-    attempt_stop(job.current_attempt_id)  # what the after-commit hook does
+    # The scheduler's sync (run_until) sends SIGTERM to a TERMINATING job's processes.
     run_until(job, {Phase.CANCELLED}, timeout=15)
     assert time.monotonic() - started < 15
     assert job.status == "Cancelled" and job.exit_code == 143  # 128 + SIGTERM
@@ -129,9 +127,6 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(submit, wor
     while "ready" not in log_of(job):
         time.sleep(0.05)
     services.job_cancel(job=job, by=world.users["bob"])
-    from scheduler.passes import attempt_stop
-
-    attempt_stop(job.current_attempt_id)
     run_until(job, {Phase.CANCELLED}, timeout=15)
     assert not alive(runner_pid(job))
 
@@ -141,9 +136,6 @@ def test_active_deadline_times_out(submit):
     run_until(job, {Phase.RUNNING})
     run_until(job, {Phase.TERMINATING}, timeout=5)
     assert job.reason == "DeadlineExceeded"
-    from scheduler.passes import attempt_stop
-
-    attempt_stop(job.current_attempt_id)
     run_until(job, {Phase.TIMED_OUT}, timeout=15)
     assert job.status == "TimedOut"
 

@@ -1,0 +1,31 @@
+"""The web app's /healthz: 200 "ok" while the default database answers, 503 otherwise. No authentication, and no
+session is touched (no cookie set), so load balancers and probes can call it freely."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
+
+log = logging.getLogger(__name__)
+
+
+def database_ok() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            return cursor.fetchone() == (1,)
+    except DatabaseError:
+        log.warning("healthz: the database does not answer", exc_info=True)
+        return False
+
+
+@never_cache
+@require_safe
+def healthz(request: HttpRequest) -> HttpResponse:
+    if database_ok():
+        return HttpResponse("ok", content_type="text/plain")
+    return HttpResponse("database unavailable", status=503, content_type="text/plain")

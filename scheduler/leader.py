@@ -1,0 +1,238 @@
+"""Exactly one active scheduler: leader election.
+
+- ``LeaseElector``: a ``coordination.k8s.io`` Lease (the default with the kubernetes backend). The holder renews it
+  every ``retry`` seconds; a standby takes it over once the record has not changed for ``lease`` seconds, measured on
+  its own clock from when it first saw that record (so clocks of different nodes need not agree). A leader that
+  could not renew for 2/3 of the lease steps down before anyone may take over. Updates carry the resourceVersion
+  read, so of two standbys racing for an expired lease the API server lets one win (409 for the other).
+- ``AdvisoryLockElector``: a PostgreSQL session advisory lock on a connection of its own; the lock goes with the
+  connection, so a killed leader's lock is released when PostgreSQL notices the connection is gone.
+- ``SoleElector``: SQLite, the single embedded process: always the leader.
+
+``elector_from_settings()`` picks one from JOBSITE_LEADER_ELECTION (default: lease with the kubernetes backend,
+advisory on PostgreSQL, else sole).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from datetime import UTC, datetime
+from typing import Protocol
+
+from django.conf import settings
+from django.db import connections
+
+log = logging.getLogger(__name__)
+
+ADVISORY_KEY = 0x6A6F6273  # "jobs"
+
+
+def identity() -> str:
+    """Who this scheduler is: its pod name in Kubernetes (POD_NAME), else host and process id."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Elector(Protocol):
+    identity: str
+
+    def acquire_or_renew(self) -> bool:
+        """One round: True if this process is the leader now (call every retry interval)."""
+
+    def release(self) -> None:
+        """Give leadership up at once (on a clean shutdown), so a standby need not wait for the lease to expire."""
+
+
+class SoleElector:
+    def __init__(self) -> None:
+        self.identity = identity()
+
+    def acquire_or_renew(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+class AdvisoryLockElector:
+    def __init__(self, alias: str = "default", key: int = ADVISORY_KEY):
+        self.identity = identity()
+        self.alias = alias
+        self.key = key
+        self._conn = None
+        self._held = False
+
+    def acquire_or_renew(self) -> bool:
+        import psycopg
+
+        try:
+            if self._conn is None or self._conn.closed:
+                self._held = False
+                params = connections[self.alias].get_connection_params()
+                params.pop("cursor_factory", None)
+                params.setdefault("connect_timeout", 10)
+                self._conn = psycopg.connect(**params, autocommit=True)
+            if self._held:
+                self._conn.execute("SELECT 1")  # still connected: the lock is still ours
+            else:
+                self._held = bool(self._conn.execute("SELECT pg_try_advisory_lock(%s)", [self.key]).fetchone()[0])
+        except psycopg.Error as exc:
+            log.warning("leader election: lost the database connection (%s)", exc)
+            self._close()
+        return self._held
+
+    def release(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        self._held = False
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+        self._conn = None
+
+
+class LeaseElector:
+    def __init__(self, coordination, *, name: str, namespace: str, lease_seconds: float, retry_seconds: float,
+                 clock=time.monotonic):
+        self.identity = identity()
+        self.api = coordination
+        self.name = name
+        self.namespace = namespace
+        self.lease_seconds = lease_seconds
+        self.retry_seconds = retry_seconds
+        self.clock = clock
+        self._observed: tuple | None = None  # (holder, renewTime, resourceVersion) last seen
+        self._observed_at = 0.0
+        self._renewed_at: float | None = None  # when we last renewed, while leader
+
+    def acquire_or_renew(self) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        now = self.clock()
+        try:
+            leading = self._round(now)
+        except (ApiException, OSError, Exception) as exc:  # the API is unreachable or refused
+            log.warning("leader election: %s", exc)
+            leading = False
+        if leading:
+            self._renewed_at = now
+            return True
+        # Could not renew: keep acting only while the lease we hold surely has not expired for the others.
+        if self._renewed_at is not None and now - self._renewed_at < self.lease_seconds * 2 / 3:
+            return True
+        self._renewed_at = None
+        return False
+
+    def _round(self, now: float) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=(5, 5))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            try:
+                self.api.create_namespaced_lease(self.namespace, self._body(None, transitions=0),
+                                                 _request_timeout=(5, 5))
+            except ApiException as create_exc:
+                if create_exc.status == 409:  # someone else created it first
+                    return False
+                raise
+            log.info("leader election: %s created lease %s/%s", self.identity, self.namespace, self.name)
+            return True
+        spec = lease.spec
+        holder = spec.holder_identity or ""
+        record = (holder, spec.renew_time, lease.metadata.resource_version)
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        duration = spec.lease_duration_seconds or self.lease_seconds
+        if holder and holder != self.identity and now - self._observed_at < duration:
+            return False  # someone else holds a live lease
+        transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
+        body = self._body(lease, transitions=transitions,
+                          acquired=spec.acquire_time if holder == self.identity else None)
+        try:
+            self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=(5, 5))
+        except ApiException as exc:
+            if exc.status == 409:  # changed since we read it: someone else renewed or took it
+                return False
+            raise
+        if holder != self.identity:
+            log.info("leader election: %s took lease %s/%s over from %r", self.identity, self.namespace, self.name,
+                     holder)
+        return True
+
+    def _body(self, lease, *, transitions: int, acquired: datetime | None = None) -> dict:
+        now = datetime.now(UTC)
+        metadata = {"name": self.name, "namespace": self.namespace}
+        if lease is not None and lease.metadata.resource_version:
+            metadata["resourceVersion"] = lease.metadata.resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_seconds),
+                "acquireTime": _micro(acquired or now),
+                "renewTime": _micro(now),
+                "leaseTransitions": transitions,
+            },
+        }
+
+    def release(self) -> None:
+        """Hand the lease back: an empty holder that standbys may take at once."""
+        if self._renewed_at is None:
+            return
+        self._renewed_at = None
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=(5, 5))
+            if (lease.spec.holder_identity or "") != self.identity:
+                return
+            body = self._body(lease, transitions=lease.spec.lease_transitions or 0)
+            body["spec"]["holderIdentity"] = ""
+            body["spec"]["leaseDurationSeconds"] = 1
+            self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=(5, 5))
+        except Exception as exc:
+            log.warning("leader election: could not release the lease: %s", exc)
+
+
+def _micro(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def election_kind() -> str:
+    kind = settings.JOBSITE_LEADER_ELECTION
+    if kind:
+        return kind
+    if settings.JOBSITE_BACKEND == "kubernetes":
+        return "lease"
+    if connections["default"].vendor == "postgresql":
+        return "advisory"
+    return "none"
+
+
+def elector_from_settings() -> Elector:
+    kind = election_kind()
+    if kind == "lease":
+        from kubernetes import client
+
+        from .backends.kubernetes import load_api_client
+
+        return LeaseElector(
+            client.CoordinationV1Api(load_api_client()),
+            name=settings.JOBSITE_LEADER_LEASE_NAME,
+            namespace=settings.JOBSITE_LEADER_NAMESPACE or settings.JOBSITE_K8S_NAMESPACE,
+            lease_seconds=settings.JOBSITE_LEADER_LEASE_SECONDS,
+            retry_seconds=settings.JOBSITE_LEADER_RETRY_SECONDS,
+        )
+    if kind == "advisory":
+        return AdvisoryLockElector()
+    if kind == "none":
+        return SoleElector()
+    raise ValueError(f"Unknown JOBSITE_LEADER_ELECTION '{kind}' (expected lease, advisory or none)")
