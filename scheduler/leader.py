@@ -3,8 +3,9 @@
 - ``LeaseElector``: a ``coordination.k8s.io`` Lease (the default with the kubernetes backend). The holder renews it
   every ``retry`` seconds; a standby takes it over once the record has not changed for ``lease`` seconds, measured on
   its own clock from when it first saw that record (so clocks of different nodes need not agree). A leader that
-  could not renew for 2/3 of the lease steps down before anyone may take over. Updates carry the resourceVersion
-  read, so of two standbys racing for an expired lease the API server lets one win (409 for the other).
+  could not renew for 2/3 of the lease steps down before anyone may take over. Patches carry the resourceVersion
+  read as a precondition, so of two standbys racing for an expired lease the API server lets one win (409 for the
+  other). (The test emulator does not check resourceVersions: there the race is not covered.)
 - ``AdvisoryLockElector``: a PostgreSQL session advisory lock on a connection of its own; the lock goes with the
   connection, so a killed leader's lock is released when PostgreSQL notices the connection is gone.
 - ``SoleElector``: SQLite, the single embedded process: always the leader.
@@ -111,12 +112,10 @@ class LeaseElector:
         self._renewed_at: float | None = None  # when we last renewed, while leader
 
     def acquire_or_renew(self) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
         now = self.clock()
         try:
             leading = self._round(now)
-        except (ApiException, OSError, Exception) as exc:  # the API is unreachable or refused
+        except Exception as exc:  # the API is unreachable or refused
             log.warning("leader election: %s", exc)
             leading = False
         if leading:
@@ -157,7 +156,7 @@ class LeaseElector:
         body = self._body(lease, transitions=transitions,
                           acquired=spec.acquire_time if holder == self.identity else None)
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=(5, 5))
+            self.api.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=(5, 5))
         except ApiException as exc:
             if exc.status == 409:  # changed since we read it: someone else renewed or took it
                 return False
@@ -197,7 +196,7 @@ class LeaseElector:
             body = self._body(lease, transitions=lease.spec.lease_transitions or 0)
             body["spec"]["holderIdentity"] = ""
             body["spec"]["leaseDurationSeconds"] = 1
-            self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=(5, 5))
+            self.api.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=(5, 5))
         except Exception as exc:
             log.warning("leader election: could not release the lease: %s", exc)
 

@@ -102,7 +102,8 @@ def sync_job(job: Job, *, backend: Backend, actuator: Actuator | None = None, ti
 
 
 def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime) -> None:
-    """Perform reconcile's actions: the writes in one transaction, the backend calls after it commits."""
+    """Perform reconcile's actions: the writes in one transaction, then the backend calls (handed to the actuator,
+    which runs them on its pool in the scheduler loop)."""
     attempt = job.current_attempt
     calls = []
     with transaction.atomic():
@@ -135,8 +136,9 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                     services.job_transition(job=job, phase=target, status=status, reason=job.reason,
                                             message=job.message, exit_code=action.exit_code, now=now,
                                             event_reason="Terminated")
-        for call in calls:
-            transaction.on_commit(call)
+    # After the writes committed (sync runs outside any transaction of its own), whatever the backend call does.
+    for call in calls:
+        call()
 
 
 def housekeeping(*, backend: Backend | None = None, now: datetime | None = None) -> None:

@@ -67,7 +67,7 @@ RBAC_RULES: dict[str, frozenset[str]] = {
 CAPACITY_RBAC_RULES: dict[str, frozenset[str]] = {"nodes": frozenset({"list"})}
 # Leader election (scheduler.leader): the scheduler's Lease, in the control plane's own namespace.
 LEASE_API_GROUP = "coordination.k8s.io"
-LEASE_RBAC_RULES: dict[str, frozenset[str]] = {"leases": frozenset({"get", "create", "update"})}
+LEASE_RBAC_RULES: dict[str, frozenset[str]] = {"leases": frozenset({"get", "create", "patch"})}
 
 REQUEST_TIMEOUT = (10, 60)  # connect, read (seconds)
 

@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 from kubernetes import client
 
 from jobs import services
@@ -575,3 +576,40 @@ def test_the_backend_calls_exactly_what_the_role_grants(submit, world, core, kub
         used.add((resource, verb))
     granted = {(r, v) for r, verbs in RBAC_RULES.items() for v in verbs}
     assert used == granted
+
+
+def test_cancel_deletes_gracefully_and_forces_only_a_pod_stuck_past_the_documented_timeout(
+        submit, world, core, kubelet, k8s, settings):
+    settings.JOBSITE_TERMINATION_GRACE_SECONDS = 10  # the local backend's grace: no bearing on pods
+    settings.JOBSITE_K8S_STUCK_TERMINATION_SECONDS = 600
+    job = admit_and_launch(submit("bob", "gpu-1"))
+    name = name_of(job)
+    kubelet.running(name)
+    # A finalizer keeps the pod after its delete, as a kubelet does while the container stops.
+    core.patch_namespaced_pod(name, NAMESPACE, {"metadata": {"finalizers": ["test/hold"]}})
+    settle({name: phase_is("Running")})
+    sync_jobs()
+    services.job_cancel(job=job, by=world.users["bob"])
+    k8s.emu.journal.clear()
+    sync_jobs()
+
+    def deletes():
+        return [q.get("gracePeriodSeconds") for m, p, q, _ in k8s.emu.journal if m == "DELETE" and p.endswith(name)]
+
+    assert deletes() == ["30"]  # the job's grace period (the pod's terminationGracePeriodSeconds)
+    settle({name: lambda p: p["metadata"].get("deletionTimestamp")})
+    later = timezone.now() + timedelta(seconds=120)  # long past the local grace setting
+    sync_jobs(now=later)
+    sync_jobs(now=later)
+    job.refresh_from_db()
+    assert job.phase == Phase.TERMINATING  # holding its GPU until the pod is gone
+    assert deletes() == ["30"]  # no second delete, no force
+    sync_jobs(now=timezone.now() + timedelta(seconds=30 + 600 + 1))  # stuck past grace + the documented timeout
+    assert deletes() == ["30", "0"]
+    job.refresh_from_db()
+    assert job.phase == Phase.TERMINATING
+    core.patch_namespaced_pod(name, NAMESPACE, {"metadata": {"finalizers": []}})  # the kubelet confirms
+    settle({name: None})
+    sync_jobs()
+    job.refresh_from_db()
+    assert (job.phase, job.status) == (Phase.CANCELLED, "Cancelled")

@@ -1,0 +1,143 @@
+"""reconcile(): what replica observations mean for a job, table-tested like decide() (no database, no backend)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobs.choices import JobType, Phase
+from scheduler.backends.base import ReplicaObservation, ReplicaState
+from scheduler.reconcile import (
+    CountRestart,
+    FinishTermination,
+    JobView,
+    Launch,
+    Relaunch,
+    RetryOrFail,
+    Stop,
+    Terminate,
+    Timing,
+    Transition,
+    reconcile,
+)
+
+S = ReplicaState
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+TIMING = Timing(preparing_timeout=180, node_lost_grace=300, requeue_limit=5, stuck_after=630)
+
+
+def ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+def job(**kw) -> JobView:
+    base = dict(id=1, phase=Phase.RUNNING, status="Running", admitted_at=ago(60), attempt_started_at=ago(60),
+                updated_at=ago(10))
+    return JobView(**{**base, **kw})
+
+
+def r(rank=0, state=S.RUNNING, **kw) -> ReplicaObservation:
+    return ReplicaObservation(rank, state, **kw)
+
+
+def exited(rank=0, code=0, **kw) -> ReplicaObservation:
+    return ReplicaObservation(rank, S.EXITED, exit_code=code, **kw)
+
+
+CASES = [
+    # --- launch ---
+    ("admitted, never launched: launch", job(phase=Phase.PREPARING, launched=False), [], [Launch()]),
+    # --- PREPARING / RUNNING ---
+    ("all replicas running: RUNNING", job(phase=Phase.PREPARING, status="ContainerCreating"), [r(0), r(1)],
+     [Transition(Phase.RUNNING, message="2 replica(s) running")]),
+    ("running on a node: named", job(phase=Phase.PREPARING, node="gpu-a"), [r()],
+     [Transition(Phase.RUNNING, message="1 replica(s) running on gpu-a")]),
+    ("already RUNNING: nothing", job(), [r()], []),
+    ("one still starting: stays PREPARING", job(phase=Phase.PREPARING, status="ContainerCreating"),
+     [r(0), r(1, S.STARTING, status="ContainerCreating")], []),
+    ("finer status shown", job(phase=Phase.PREPARING, status="ContainerCreating"),
+     [r(0, S.STARTING, status="ErrImagePull", message="pull failed")],
+     [Transition(Phase.PREPARING, status="ErrImagePull", message="pull failed")]),
+    ("preparing past the timeout: requeued with a delay",
+     job(phase=Phase.PREPARING, status="ContainerCreating", attempt_started_at=ago(200), requeues=1),
+     [r(0, S.STARTING, status="ContainerCreating")],
+     [Terminate(Phase.PENDING, "Requeued", "Still preparing after 200 s: requeued (2/5), eligible again in 120 s",
+                retry_at=NOW + timedelta(seconds=120))]),
+    ("preparing past the timeout, requeue limit spent: FAILED",
+     job(phase=Phase.PREPARING, status="ContainerCreating", attempt_started_at=ago(200), requeues=5),
+     [r(0, S.STARTING, status="ContainerCreating")],
+     [Terminate(Phase.FAILED, "RequeueLimitExceeded", "Still preparing after 200 s, after 5 requeue(s): giving up")]),
+    ("past the active deadline: TIMED_OUT", job(active_deadline_seconds=30), [r()],
+     [Terminate(Phase.TIMED_OUT, "DeadlineExceeded", "Ran past its deadline of 30 s")]),
+    # --- endings ---
+    ("every replica exited 0: SUCCEEDED", job(), [exited(0), exited(1)],
+     [Transition(Phase.SUCCEEDED, reason="Completed", message="All replicas exited with code 0",
+                 fields={"exit_code": 0})]),
+    ("single replica exited 0", job(), [exited(0)],
+     [Transition(Phase.SUCCEEDED, reason="Completed", message="Exited with code 0", fields={"exit_code": 0})]),
+    ("exited non-zero: retry or fail with its code", job(), [exited(0, 3, status="Error")],
+     [RetryOrFail(3, "The command exited with code 3 (Error)")]),
+    ("both ranks failed: the first failing rank's code", job(), [exited(0, 0), exited(1, 5), exited(2, 7)],
+     [RetryOrFail(5, "Replica 1 exited with code 5")]),
+    ("one rank failed while others run: the attempt failed, the rest stopped", job(), [r(0), exited(1, 5)],
+     [Terminate(Phase.FAILED, "Error", "Replica 1 exited with code 5; stopping the other replicas")]),
+    ("cannot run at all (bad image): FAILED without retry", job(phase=Phase.PREPARING),
+     [r(0, S.FAILED, status="ErrImagePull", reason="FailedImagePull", message="no such image")],
+     [Terminate(Phase.FAILED, "FailedImagePull", "no such image")]),
+    ("evicted", job(), [r(0, S.FAILED, status="Evicted", reason="Evicted", message="evicted from gpu-a")],
+     [Terminate(Phase.FAILED, "Evicted", "evicted from gpu-a")]),
+    # --- interactive ---
+    ("interactive ended: CrashLoopBackOff with a delay", job(job_type=JobType.INTERACTIVE), [exited(0, 2)],
+     [CountRestart(), Transition(Phase.RUNNING, status="CrashLoopBackOff", reason="CrashLoopBackOff",
+                                 message="The command exited with code 2; restart #1 in 10 s",
+                                 fields={"exit_code": 2, "retry_at": NOW + timedelta(seconds=10)})]),
+    ("interactive, third restart: 40 s", job(job_type=JobType.INTERACTIVE, restarts=2), [exited(0, 0)],
+     [CountRestart(), Transition(Phase.RUNNING, status="CrashLoopBackOff", reason="CrashLoopBackOff",
+                                 message="The command exited with code 0; restart #3 in 40 s",
+                                 fields={"exit_code": 0, "retry_at": NOW + timedelta(seconds=40)})]),
+    ("interactive waiting out its delay", job(job_type=JobType.INTERACTIVE, status="CrashLoopBackOff",
+                                             retry_at=NOW + timedelta(seconds=5)), [exited(0, 2)], []),
+    ("interactive delay over: relaunched in place",
+     job(job_type=JobType.INTERACTIVE, status="CrashLoopBackOff", retry_at=ago(1), restarts=1), [exited(0, 2)],
+     [Transition(Phase.RUNNING, reason="Restarted", message="Restarted in place (restart #1)",
+                 fields={"retry_at": None}), Relaunch()]),
+    # --- lost node ---
+    ("a replica lost: UNKNOWN", job(), [r(0), r(1, S.LOST, message="node gpu-a is unresponsive")],
+     [Transition(Phase.UNKNOWN, reason="NodeUnresponsive", message="node gpu-a is unresponsive")]),
+    ("UNKNOWN within the grace: wait", job(phase=Phase.UNKNOWN, updated_at=ago(100)),
+     [r(0, S.LOST, message="lost")], []),
+    ("UNKNOWN past the grace: NodeLost, requeued, force-stopped", job(phase=Phase.UNKNOWN, updated_at=ago(301)),
+     [r(0, S.LOST, message="lost")],
+     [Transition(Phase.PENDING, reason="NodeLost", message="lost; the attempt failed as NodeLost, requeued"),
+      Stop(force=True, why="node lost")]),
+    ("UNKNOWN and back running: RUNNING", job(phase=Phase.UNKNOWN), [r()],
+     [Transition(Phase.RUNNING, message="1 replica(s) running")]),
+    # --- TERMINATING: graceful, then force only when lost or stuck ---
+    ("terminating, stop not sent: graceful stop", job(phase=Phase.TERMINATING, terminating_since=ago(1)),
+     [r(present=True)], [Stop(force=False, why="graceful")]),
+    ("terminating, stop sent, within grace + stuck timeout: wait (no force because a grace elapsed)",
+     job(phase=Phase.TERMINATING, terminating_since=ago(60), stop_sent="graceful"),
+     [r(present=True, status="Terminating")], []),
+    ("terminating, container ended but the pod is still there: wait",
+     job(phase=Phase.TERMINATING, terminating_since=ago(5), stop_sent="graceful"),
+     [exited(0, 143, present=True)], []),
+    ("terminating, stuck past the timeout: force", job(phase=Phase.TERMINATING, terminating_since=ago(700),
+                                                      stop_sent="graceful"),
+     [r(present=True)], [Stop(force=True, why="still there 700 s after the stop")]),
+    ("terminating on a lost node: force", job(phase=Phase.TERMINATING, terminating_since=ago(5),
+                                             stop_sent="graceful"),
+     [r(0, S.LOST, present=True, message="node gone")], [Stop(force=True, why="node lost")]),
+    ("terminating, already forced: wait", job(phase=Phase.TERMINATING, terminating_since=ago(700),
+                                             stop_sent="forced"), [r(present=True)], []),
+    ("terminating, every replica gone: finished with the first non-zero code",
+     job(phase=Phase.TERMINATING, terminating_since=ago(5), stop_sent="graceful"),
+     [exited(0, 0), exited(1, 143)], [FinishTermination(143)]),
+    ("terminating, pods vanished (no exit code)", job(phase=Phase.TERMINATING, stop_sent="graceful"),
+     [r(0, S.LOST, message="pod vanished")], [FinishTermination(None)]),
+]
+
+
+@pytest.mark.parametrize("view, seen, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_reconcile(view, seen, expected):
+    assert reconcile(view, seen, NOW, TIMING) == expected
