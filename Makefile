@@ -3,6 +3,7 @@
 #   make run     serve the embedded setup (SQLite, in-process scheduler, local backend) on 127.0.0.1:$(PORT)
 #   make prod    the production topology here: PostgreSQL, Redis, web, scheduler, Celery worker+beat
 #   make test    start PostgreSQL/Redis (and install Chromium) if needed, lint, then run pytest
+#   make test-fast  the pure and service tests only (decisions, services, layering, manifests): under a minute
 #   make lint    ruff check
 #   make venv    create .venv and install requirements.txt (only when it changed)
 #   make clean   remove var/ and caches (keeps .venv)
@@ -28,7 +29,7 @@ SHELL = /bin/bash
 .SHELLFLAGS = -eu -o pipefail -c
 .DEFAULT_GOAL = help
 
-.PHONY: help venv venv-dev run prod test lint services clean
+.PHONY: help venv venv-dev run prod test test-fast lint services clean
 
 help:
 	@sed -n 's/^#   make /make /p' $(MAKEFILE_LIST)
@@ -85,6 +86,16 @@ test: venv-dev
 	$(VENV)/bin/ruff check .
 	DATABASE_URL='$(TEST_DATABASE_URL)' REDIS_URL='$(TEST_REDIS_URL)' \
 		$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+FAST_TESTS = tests/jobs tests/test_layering.py tests/scheduler/test_decide.py tests/scheduler/test_reconcile.py \
+	tests/scheduler/test_primehub_examples.py tests/scheduler/test_leader.py tests/scheduler/test_metrics.py \
+	tests/k8s/test_status.py tests/k8s/test_manifest.py tests/k8s/test_deploy.py
+
+test-fast: venv-dev
+	scripts/ensure-services.sh --no-browser
+	$(VENV)/bin/ruff check .
+	DATABASE_URL='$(TEST_DATABASE_URL)' REDIS_URL='$(TEST_REDIS_URL)' \
+		$(VENV_PY) -m pytest $(FAST_TESTS) $(PYTEST_ARGS)
 
 # --- housekeeping ----------------------------------------------------------------------------------------
 

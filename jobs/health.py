@@ -1,5 +1,8 @@
 """The web app's /healthz: 200 "ok" while the default database answers, 503 otherwise. No authentication, and no
-session is touched (no cookie set), so load balancers and probes can call it freely."""
+session is touched (no cookie set), so load balancers and probes can call it freely.
+
+Kubelet probes call the pod's IP, a Host that ALLOWED_HOSTS does not list, over plain HTTP: ``HealthzMiddleware``,
+first in MIDDLEWARE, answers them before the host check and the HTTPS redirect could turn them away."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import logging
 
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
@@ -29,3 +33,13 @@ def healthz(request: HttpRequest) -> HttpResponse:
     if database_ok():
         return HttpResponse("ok", content_type="text/plain")
     return HttpResponse("database unavailable", status=503, content_type="text/plain")
+
+
+class HealthzMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        if request.path == "/healthz":
+            return healthz(request)
+        return self.get_response(request)

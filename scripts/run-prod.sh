@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The production topology on this machine: PostgreSQL and Redis, the ASGI web server, the scheduler process
-# (passes, backend sync, housekeeping) and a Celery worker with beat, all from one code base and one settings
-# module, configured by environment variables. Ctrl-C stops all of them.
+# (leader election, passes, backend sync, housekeeping: the only process that talks to the backend; /healthz,
+# /readyz and /metrics on JOBSITE_SCHEDULER_HTTP_PORT) and a Celery worker with beat (database clocks), all from one
+# code base and one settings module, configured by environment variables. Ctrl-C stops all of them.
 #
 #   make prod                        # PORT=8000, database jobsite_prod, Redis db 1, local backend
 #   DATABASE_URL=... REDIS_URL=... JOBSITE_BACKEND=kubernetes make prod
@@ -13,7 +14,8 @@ PORT="${PORT:-8000}"
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/jobsite_prod}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/1}"
 export JOBSITE_BACKEND="${JOBSITE_BACKEND:-local}"
-export JOBSITE_SCHEDULER_MODE=celery
+export JOBSITE_SCHEDULER_MODE=process
+export JOBSITE_SCHEDULER_HTTP_PORT="${JOBSITE_SCHEDULER_HTTP_PORT:-$((PORT + 100))}"
 export JOBSITE_VAR_DIR="${JOBSITE_VAR_DIR:-var/prod}"
 mkdir -p "$JOBSITE_VAR_DIR"
 if [[ -z "${SECRET_KEY:-}" ]]; then  # one key per installation, kept with its data

@@ -187,3 +187,11 @@ def test_importing_jobs_metrics_and_health_pulls_in_no_scheduler_module():
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_healthz_answers_a_probe_at_the_pod_ip_over_plain_http(db, client, settings):
+    settings.ALLOWED_HOSTS = ["jobsite.example.com"]
+    settings.SECURE_SSL_REDIRECT = True
+    response = client.get("/healthz", HTTP_HOST="10.244.1.17:8000")
+    assert (response.status_code, response.content) == (200, b"ok")
+    assert client.get("/login/", HTTP_HOST="10.244.1.17:8000").status_code == 400  # other paths still checked
