@@ -2,23 +2,24 @@
 #
 # One image, three roles (pick with the container command):
 #   web        (default CMD)  uvicorn jobsite.asgi:application on 0.0.0.0:8000
-#   scheduler                 python manage.py runscheduler
-#   worker                    celery -A jobsite worker -B
+#   scheduler                 python manage.py runscheduler   (run two: leader election keeps one active;
+#                                                             /healthz, /readyz, /metrics on port 9100)
+#   worker                    celery -A jobsite worker -B      (database clocks only; no cluster access)
 #
 # Configuration comes from the environment, for example:
 #   SECRET_KEY      required; the embedded default is not for production
 #   DATABASE_URL    postgres://user:password@host:5432/jobsite (the SQLite default is for `make run` only)
-#   REDIS_URL       redis://host:6379/0 (channel layer and Celery broker; also selects the Celery scheduler mode)
+#   REDIS_URL       redis://host:6379/0 (channel layer and Celery broker; also selects the scheduler's own process)
 #   ALLOWED_HOSTS   comma-separated host names, CSRF_TRUSTED_ORIGINS as needed
 #   JOBSITE_BACKEND e.g. kubernetes
-# Run `python manage.py migrate --noinput` once per release (for example as a one-off container) before the web
-# and scheduler roles start.
+# Run `python manage.py migrate --noinput` once per release before the web and scheduler roles start (deploy/ does
+# it in the scheduler's init container).
 #
 # Static files are collected into /app/var/staticfiles at build time and served by WhiteNoise. Do not mount a
 # volume over /app/var (or point JOBSITE_VAR_DIR elsewhere) without collecting static files there again.
 #
-# There is no HEALTHCHECK: the scheduler and worker roles do not listen on HTTP, and the web role answers only
-# for ALLOWED_HOSTS. Let the orchestrator probe the web role instead.
+# There is no HEALTHCHECK, as the three roles are probed differently: the orchestrator probes web's /healthz (port
+# 8000), the scheduler's /healthz and /readyz (port 9100) and the worker with `celery inspect ping`.
 
 FROM python:3.11-slim
 

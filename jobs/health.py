@@ -1,13 +1,16 @@
 """The web app's /healthz: 200 "ok" while the default database answers, 503 otherwise. No authentication, and no
 session is touched (no cookie set), so load balancers and probes can call it freely.
 
-Kubelet probes call the pod's IP, a Host that ALLOWED_HOSTS does not list, over plain HTTP: ``HealthzMiddleware``,
-first in MIDDLEWARE, answers them before the host check and the HTTPS redirect could turn them away."""
+Kubelet probes and Prometheus call the pod's IP, a Host that ALLOWED_HOSTS does not list, over plain HTTP:
+``ProbeMiddleware``, first in MIDDLEWARE, answers /healthz, and /metrics for a scraper (a bearer token, or any
+request when no token is configured), before the host check and the HTTPS redirect could turn them away. A
+browser's /metrics (a staff session) goes through the whole stack."""
 
 from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -35,11 +38,16 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return HttpResponse("database unavailable", status=503, content_type="text/plain")
 
 
-class HealthzMiddleware:
+class ProbeMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if request.path == "/healthz":
             return healthz(request)
+        if request.path == "/metrics" and (not settings.JOBSITE_METRICS_TOKEN
+                                           or request.headers.get("Authorization", "").lower().startswith("bearer ")):
+            from .metrics import metrics_view
+
+            return metrics_view(request)
         return self.get_response(request)

@@ -42,7 +42,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "jobs.health.HealthzMiddleware",  # probes call the pod IP over HTTP: answered before the host and HTTPS checks
+    "jobs.health.ProbeMiddleware",  # probes and scrapers call the pod IP over HTTP: before the host and HTTPS checks
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -186,6 +186,10 @@ JOBSITE_METRICS_TOKEN = env.str("JOBSITE_METRICS_TOKEN", default="")
 # --- Kubernetes backend (JOBSITE_BACKEND=kubernetes) ---------------------------------------------------------
 # The API server comes from KUBECONFIG (or ~/.kube/config), or the in-cluster service account when running in a pod.
 JOBSITE_K8S_NAMESPACE = env.str("JOBSITE_K8S_NAMESPACE", default="jobsite")
+# User and group ids job containers run as (runAsUser/runAsGroup, and runAsNonRoot): empty keeps the image's own
+# user (many GPU images run as root), which the jobs namespace's Pod Security level must then allow (baseline).
+JOBSITE_K8S_RUN_AS_USER = env.int("JOBSITE_K8S_RUN_AS_USER", default=None)
+JOBSITE_K8S_RUN_AS_GROUP = env.int("JOBSITE_K8S_RUN_AS_GROUP", default=None)
 # Size limit of each replica's working directory (an emptyDir at /home/jovyan).
 JOBSITE_K8S_WORKDIR_SIZE = env.str("JOBSITE_K8S_WORKDIR_SIZE", default="5Gi")
 # Names of image pull secrets in the namespace, comma-separated.

@@ -5,10 +5,16 @@ One pod per replica, named ``job-<id>-<attempt>-<rank>``; a multi-replica attemp
 the working directory is an emptyDir at /home/jovyan with a size limit, the group volume is mounted at
 /project/<group> and datasets at /datasets/<name>, both linked from the working directory by a small init
 container.
+
+Every container gets what Pod Security `restricted` asks of it (no privilege escalation, all capabilities dropped,
+the runtime's default seccomp profile); the pod runs as non-root when a user id is configured
+(``PodDefaults.run_as_user``), else as the image's user, which for many GPU images is root: hence the jobs
+namespace enforces `baseline` (deploy/base/namespaces.yaml).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import shlex
@@ -76,6 +82,9 @@ class PodDefaults:
     tolerations: list[dict] = field(default_factory=list)
     affinity: dict = field(default_factory=dict)
     datasets: list[dict] = field(default_factory=list)
+    # Run job containers as this uid/gid (runAsNonRoot); None: as the image's own user, which may be root.
+    run_as_user: int | None = None
+    run_as_group: int | None = None
 
     @classmethod
     def from_settings(cls, namespace: str | None = None) -> PodDefaults:
@@ -87,7 +96,35 @@ class PodDefaults:
             tolerations=list(settings.JOBSITE_K8S_DEFAULT_TOLERATIONS or []),
             affinity=dict(settings.JOBSITE_K8S_DEFAULT_AFFINITY or {}),
             datasets=list(settings.JOBSITE_K8S_DATASETS or []),
+            run_as_user=_optional_int(settings.JOBSITE_K8S_RUN_AS_USER),
+            run_as_group=_optional_int(settings.JOBSITE_K8S_RUN_AS_GROUP),
         )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value in (None, "") else int(value)
+
+
+# What Pod Security `restricted` requires of every container; none of it stops an ordinary training job.
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def pod_security_context(defaults: PodDefaults) -> dict[str, Any]:
+    """seccomp RuntimeDefault always; the configured uid (runAsNonRoot unless it is 0) and gid when there are.
+
+    No fsGroup: the kubelet would recursively change the group ownership of a group's shared volume to it.
+    """
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if defaults.run_as_user is not None:
+        context["runAsUser"] = defaults.run_as_user
+        if defaults.run_as_user != 0:
+            context["runAsNonRoot"] = True
+    if defaults.run_as_group is not None:
+        context["runAsGroup"] = defaults.run_as_group
+    return context
 
 
 def group_volume_source(path: str) -> dict[str, Any]:
@@ -205,6 +242,7 @@ def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *
         "workingDir": WORKDIR,
         "env": [{"name": k, "value": str(v)} for k, v in env.items()],
         "volumeMounts": mounts,
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
     container_resources = resources(spec.request)
     if container_resources:
@@ -215,6 +253,7 @@ def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": pod_security_context(defaults),
         "containers": [container],
         "volumes": volumes,
     }
@@ -225,6 +264,7 @@ def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *
             "image": spec.image,
             "command": ["/bin/sh", "-c", script],
             "volumeMounts": [{"name": "workdir", "mountPath": WORKDIR}],
+            "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
             "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
         }]
     node_selector = {**defaults.node_selector, **(spec.node_selector or {})}

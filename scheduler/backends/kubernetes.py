@@ -10,7 +10,7 @@
   relist, and callable) deletes managed pods and services that belong to no live attempt.
 - nodes: the Ready nodes' allocatable GPUs/CPU/memory when JOBSITE_K8S_CHECK_CAPACITY is on, else none.
 
-The verbs it uses are listed in ``RBAC_RULES``; deploy/rbac.yaml grants exactly those (a test checks both).
+The verbs it uses are listed in ``RBAC_RULES``; deploy/base/rbac.yaml grants exactly those (a test checks both).
 """
 
 from __future__ import annotations

@@ -195,3 +195,11 @@ def test_healthz_answers_a_probe_at_the_pod_ip_over_plain_http(db, client, setti
     response = client.get("/healthz", HTTP_HOST="10.244.1.17:8000")
     assert (response.status_code, response.content) == (200, b"ok")
     assert client.get("/login/", HTTP_HOST="10.244.1.17:8000").status_code == 400  # other paths still checked
+
+
+def test_a_scraper_at_the_pod_ip_gets_metrics_with_its_token(db, client, settings):
+    settings.ALLOWED_HOSTS = ["jobsite.example.com"]
+    settings.JOBSITE_METRICS_TOKEN = "s3cret"
+    ok = client.get("/metrics", HTTP_HOST="10.244.1.17:8000", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert ok.status_code == 200 and b"jobsite_jobs" in ok.content
+    assert client.get("/metrics", HTTP_HOST="10.244.1.17:8000", HTTP_AUTHORIZATION="Bearer nope").status_code == 401

@@ -1,50 +1,112 @@
-"""deploy/: every manifest parses, kustomize lists every file, RBAC matches the backend, the roles share config."""
+"""deploy/: the base, every overlay and component, rendered as `kubectl apply -k` would (tests/k8s/kustomize.py).
+
+Every object is valid against the Kubernetes API schema; every pod meets Pod Security `restricted`; the RBAC is
+exactly what the backend calls, given to the scheduler only; job pods cannot reach the control plane; the log
+archive works on a ReadWriteOnce default class; the roles share one image, config and secret that jobsite reads.
+"""
 
 from __future__ import annotations
 
+import copy
+import functools
+import ipaddress
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
-from scheduler.backends.kubernetes import CAPACITY_RBAC_RULES, RBAC_RULES
+from scheduler.backends.k8s_manifest import PodDefaults, build_attempt
+from scheduler.backends.kubernetes import CAPACITY_RBAC_RULES, LEASE_API_GROUP, LEASE_RBAC_RULES, RBAC_RULES
+
+from .kustomize import CLUSTER_SCOPED, Unsupported, build, load_documents, object_id, strategic_merge
+from .pod_security import restricted_violations
+from .test_manifest import NOW, make_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+BASE = DEPLOY / "base"
 SETTINGS = (ROOT / "jobsite" / "settings.py").read_text()
+README = (ROOT / "README.md").read_text()
+
+CONTROL = "jobsite"  # web, scheduler, worker
+JOBS = "jobsite-jobs"  # job pods only
+KUBERNETES = "1.33"  # schemas of kubernetes-validate
+SECRET = "jobsite-secrets"
+SECRET_KEYS = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "JOBSITE_METRICS_TOKEN"}
+LOG_LABEL = ("jobsite/logs-volume", "jobsite-logs")
+
+TARGETS = ["base"] + sorted(f"overlays/{p.name}" for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
+COMPONENTS = sorted(p.name for p in (DEPLOY / "components").iterdir() if p.is_dir())
 
 
-def load(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+@functools.cache
+def _rendered(target: str) -> tuple[dict, ...]:
+    return tuple(build(DEPLOY / target))
 
 
-def yaml_files() -> list[Path]:
-    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
+def rendered(target: str) -> list[dict]:
+    return copy.deepcopy(list(_rendered(target)))
 
 
-def base_documents() -> list[dict]:
-    kustomization = load(DEPLOY / "kustomization.yaml")[0]
-    return [d for name in kustomization["resources"] for d in load(DEPLOY / name)]
+def of_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
 
 
-def of_kind(kind: str, docs: list[dict] | None = None) -> list[dict]:
-    return [d for d in (docs if docs is not None else base_documents()) if d.get("kind") == kind]
+def get(docs: list[dict], kind: str, name: str, namespace: str | None = None) -> dict:
+    [obj] = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name
+             and (namespace is None or d["metadata"].get("namespace") == namespace)]
+    return obj
 
 
-def rules_as_map(rules: list[dict]) -> dict[str, frozenset[str]]:
+def deployments(docs: list[dict]) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in of_kind(docs, "Deployment")}
+
+
+def pod_spec(deployment: dict) -> dict:
+    return deployment["spec"]["template"]["spec"]
+
+
+def all_containers(pod: dict) -> list[dict]:
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def config(docs: list[dict]) -> dict[str, str]:
+    return get(docs, "ConfigMap", "jobsite-config", CONTROL)["data"]
+
+
+def rules_as_map(rules: list[dict], group: str = "") -> dict[str, frozenset[str]]:
     result: dict[str, set[str]] = {}
     for rule in rules:
-        assert rule["apiGroups"] == [""], "only the core API group is used"
+        assert rule["apiGroups"] == [group], rule
         for resource in rule["resources"]:
             result.setdefault(resource, set()).update(rule["verbs"])
     return {k: frozenset(v) for k, v in result.items()}
 
 
+def bindings_of(docs: list[dict], account: str, namespace: str = CONTROL) -> set[tuple[str, str, str]]:
+    """(binding kind, its namespace, role name) of every binding naming the ServiceAccount."""
+    found = set()
+    for b in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        for s in b.get("subjects", []):
+            if s["kind"] == "ServiceAccount" and s["name"] == account and s.get("namespace") == namespace:
+                found.add((b["kind"], b["metadata"].get("namespace", ""), b["roleRef"]["name"]))
+    return found
+
+
+# --- files and the renderer ------------------------------------------------------------------------------------------
+
+def yaml_files() -> list[Path]:
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
+
+
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
 def test_every_file_parses_into_kubernetes_objects(path):
-    docs = load(path)
+    docs = load_documents(path)
     assert docs, f"{path} is empty"
     for doc in docs:
         assert doc.get("apiVersion") and doc.get("kind"), f"{path}: {doc}"
@@ -54,107 +116,496 @@ def test_every_file_parses_into_kubernetes_objects(path):
 
 def test_each_kustomization_lists_every_file_beside_it():
     kustomizations = sorted(DEPLOY.rglob("kustomization.yaml"))
-    assert DEPLOY / "kustomization.yaml" in kustomizations
+    assert BASE / "kustomization.yaml" in kustomizations
+    assert not (DEPLOY / "kustomization.yaml").exists(), "install through an overlay: deploy/overlays/*"
     for k in kustomizations:
-        [doc] = load(k)
-        listed = set(doc.get("resources", [])) | {p["path"] for p in doc.get("patches", []) if "path" in p}
-        listed |= {Path(c).name for c in doc.get("components", [])}
+        [doc] = load_documents(k)
+        entries = doc.get("resources", []) + doc.get("components", [])
+        for entry in entries:
+            assert (k.parent / entry).exists(), f"{k.relative_to(DEPLOY)}: {entry} does not exist"
+        listed = {e for e in entries if (k.parent / e).is_file()} | {p["path"] for p in doc.get("patches", [])}
         present = {p.name for p in k.parent.iterdir() if p.suffix in (".yaml", ".yml") and p != k}
         assert listed == present, f"{k.relative_to(DEPLOY)} lists {sorted(listed)}, the folder has {sorted(present)}"
-        for name in listed:
-            assert (k.parent / name).exists()
 
 
-def test_the_role_grants_exactly_what_the_backend_calls():
-    [role] = of_kind("Role")
-    assert rules_as_map(role["rules"]) == RBAC_RULES
-    [binding] = of_kind("RoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": role["metadata"]["name"]}
-    [sa] = of_kind("ServiceAccount")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
-                                    "namespace": "jobsite"}]
-    assert not of_kind("ClusterRole"), "the base needs no cluster-wide rights"
+def test_every_component_is_part_of_some_overlay():
+    """So that the tests below render (and validate) each of them."""
+    used = set()
+    for target in TARGETS:
+        [k] = load_documents(DEPLOY / target / "kustomization.yaml")
+        used |= {Path(c).name for c in k.get("components", [])}
+    assert used == set(COMPONENTS)
 
 
-def test_the_capacity_component_adds_only_node_listing():
-    folder = DEPLOY / "components" / "capacity"
-    [component] = load(folder / "kustomization.yaml")
-    assert component["kind"] == "Component"
-    docs = [d for name in component["resources"] for d in load(folder / name)]
-    [role] = of_kind("ClusterRole", docs)
-    assert rules_as_map(role["rules"]) == CAPACITY_RBAC_RULES
-    [binding] = of_kind("ClusterRoleBinding", docs)
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"][0]["name"] == of_kind("ServiceAccount")[0]["metadata"]["name"]
-    [patch] = [d for p in component["patches"] for d in load(folder / p["path"])]
-    assert patch["data"] == {"JOBSITE_K8S_CHECK_CAPACITY": "true"}
+@pytest.mark.skipif(not shutil.which("kubectl"), reason="kubectl (with its built-in kustomize) is not installed")
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_renderer_agrees_with_kubectl_kustomize(target):
+    out = subprocess.run(["kubectl", "kustomize", str(DEPLOY / target)], capture_output=True, text=True, check=True)
+    theirs = {object_id(d): d for d in yaml.safe_load_all(out.stdout) if d}
+    ours = {object_id(d): d for d in rendered(target)}
+    assert sorted(ours) == sorted(theirs)
+    for key, obj in ours.items():
+        assert obj == theirs[key], key
 
 
-def test_deployments_share_one_image_and_read_the_config_and_secret():
-    deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
-    assert set(deployments) == {"web", "scheduler", "worker"}
-    [config] = of_kind("ConfigMap")
-    [secret] = of_kind("Secret")
-    [sa] = of_kind("ServiceAccount")
-    [pvc] = of_kind("PersistentVolumeClaim")
-    images = set()
-    for name, d in deployments.items():
-        spec = d["spec"]
-        pod = spec["template"]["spec"]
-        assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
-        assert pod["serviceAccountName"] == sa["metadata"]["name"]
-        for c in pod.get("initContainers", []) + pod["containers"]:
-            images.add(c["image"])
-            sources = c["envFrom"]
-            assert {"configMapRef": {"name": config["metadata"]["name"]}} in sources, f"{name}/{c['name']}"
-            assert {"secretRef": {"name": secret["metadata"]["name"]}} in sources, f"{name}/{c['name']}"
-        [main] = pod["containers"]
-        mounts = {m["mountPath"]: m["name"] for m in main.get("volumeMounts", [])}
-        log_volume = mounts.get(config["data"]["JOBSITE_LOG_ROOT"])
-        assert log_volume, f"{name} does not mount the log archive"
+def test_the_renderer_merges_maps_deletes_nulls_and_refuses_what_it_does_not_implement(tmp_path):
+    original = {"spec": {"a": 1, "affinity": {"podAffinity": {"x": 1}}, "args": ["a", "b"]}}
+    patch = {"spec": {"affinity": {"podAffinity": None, "podAntiAffinity": {"y": 2}}, "args": ["c"]}}
+    assert strategic_merge(original, patch) == {
+        "spec": {"a": 1, "affinity": {"podAntiAffinity": {"y": 2}}, "args": ["c"]}}
+    with pytest.raises(Unsupported):
+        strategic_merge({"containers": [{"name": "a"}]}, {"containers": [{"name": "a", "image": "b"}]})
+    with pytest.raises(Unsupported):
+        strategic_merge({"spec": {}}, {"spec": {"$patch": "replace"}})
+    (tmp_path / "kustomization.yaml").write_text("namespace: other\nresources: []\n")
+    with pytest.raises(Unsupported):
+        build(tmp_path)
+
+
+# --- validity --------------------------------------------------------------------------------------------------------
+
+def check_service_monitor(obj: dict) -> None:
+    """ServiceMonitor is a CRD kubernetes-validate has no schema for: the fields used here, checked by hand."""
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1" and obj["kind"] == "ServiceMonitor"
+    assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
+    spec = obj["spec"]
+    assert set(spec) <= {"selector", "endpoints", "namespaceSelector", "jobLabel"}
+    assert set(spec["selector"]) <= {"matchLabels", "matchExpressions"} and spec["selector"]
+    for endpoint in spec["endpoints"]:
+        assert set(endpoint) <= {"port", "path", "interval", "scheme", "authorization"}, endpoint
+        assert isinstance(endpoint["port"], str) and endpoint["path"].startswith("/")
+        assert re.fullmatch(r"\d+[smh]", endpoint.get("interval", "30s"))
+        if "authorization" in endpoint:
+            auth = endpoint["authorization"]
+            assert auth.get("type", "Bearer") == "Bearer"
+            assert set(auth["credentials"]) == {"name", "key"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_rendered_object_is_valid_kubernetes(target):
+    docs = rendered(target)
+    assert docs
+    for obj in docs:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            check_service_monitor(obj)
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{target}: {obj['kind']}/{obj['metadata']['name']}: {e.message} at {list(e.path)}")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_object_names_its_namespace_and_the_jobs_namespace_holds_no_control_plane(target):
+    for obj in rendered(target):
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert namespace is None, obj["metadata"]
+        elif namespace == JOBS:
+            assert obj["kind"] in ("Role", "RoleBinding", "NetworkPolicy"), obj["metadata"]
+        else:
+            assert namespace == CONTROL, obj["metadata"]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "jobsite"
+
+
+# --- Pod Security ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_namespaces_are_under_pod_security_admission(target):
+    docs = rendered(target)
+    control = get(docs, "Namespace", CONTROL)["metadata"]["labels"]
+    assert control["pod-security.kubernetes.io/enforce"] == "restricted"
+    jobs = get(docs, "Namespace", JOBS)["metadata"]["labels"]
+    # GPU images often run as root, NFS volumes are not `restricted`: baseline enforced, restricted reported.
+    assert jobs["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert jobs["pod-security.kubernetes.io/warn"] == jobs["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_deployment_meets_pod_security_restricted(target):
+    for name, d in deployments(rendered(target)).items():
+        pod = pod_spec(d)
+        assert restricted_violations(pod) == [], name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}  # pod level
+        assert pod["securityContext"]["runAsUser"] == 10001  # the image's user, numeric so the kubelet can check
         volumes = {v["name"]: v for v in pod["volumes"]}
-        assert volumes[log_volume]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+        for c in all_containers(pod):
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, f"{name}/{c['name']}"
+            [tmp] = [m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+            assert "emptyDir" in volumes[tmp], f"{name}/{c['name']}"
+
+
+def test_the_restricted_checker_catches_what_restricted_forbids():
+    pod = pod_spec(deployments(rendered("base"))["web"])
+    assert restricted_violations(pod) == []
+    for change, problem in [
+        (lambda p: p["securityContext"].pop("seccompProfile"), "web: seccompProfile None"),
+        (lambda p: p["securityContext"].pop("runAsNonRoot"), "web: runAsNonRoot is not true"),
+        (lambda p: p["containers"][0]["securityContext"].pop("allowPrivilegeEscalation"),
+         "web: allowPrivilegeEscalation is not false"),
+        (lambda p: p["containers"][0]["securityContext"]["capabilities"].update(drop=[]),
+         "web: capabilities do not drop ALL"),
+        (lambda p: p["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+         "web: adds capabilities ['SYS_ADMIN']"),
+        (lambda p: p["containers"][0]["securityContext"].update(privileged=True), "web: privileged"),
+        (lambda p: p.update(hostNetwork=True), "hostNetwork"),
+        (lambda p: p["volumes"].append({"name": "h", "hostPath": {"path": "/"}}), "hostPath volume h"),
+    ]:
+        broken = copy.deepcopy(pod)
+        change(broken)
+        assert problem in restricted_violations(broken)
+
+
+# --- identities and RBAC ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_role_has_its_own_service_account_and_only_the_scheduler_has_rights(target):
+    docs = rendered(target)
+    accounts = {sa["metadata"]["name"]: sa for sa in of_kind(docs, "ServiceAccount")}
+    assert set(accounts) == {"jobsite-web", "jobsite-worker", "jobsite-scheduler"}
+    for name, d in deployments(docs).items():
+        pod = pod_spec(d)
+        assert pod["serviceAccountName"] == f"jobsite-{name}"
+        if name == "scheduler":
+            assert pod["automountServiceAccountToken"] is True
+        else:  # web is internet-facing, worker does database work: no token, no binding
+            assert accounts[f"jobsite-{name}"]["automountServiceAccountToken"] is False
+            assert pod["automountServiceAccountToken"] is False
+            assert bindings_of(docs, f"jobsite-{name}") == set()
+    expected = {("RoleBinding", JOBS, "jobsite-scheduler"), ("RoleBinding", CONTROL, "jobsite-scheduler-leader")}
+    if any(c["metadata"]["name"] == "jobsite-nodes" for c in of_kind(docs, "ClusterRole")):
+        expected.add(("ClusterRoleBinding", "", "jobsite-nodes"))
+    assert bindings_of(docs, "jobsite-scheduler") == expected
+    for b in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "jobsite-scheduler", "namespace": CONTROL}]
+        assert b["roleRef"]["apiGroup"] == "rbac.authorization.k8s.io"
+        assert len([r for r in of_kind(docs, b["roleRef"]["kind"]) if r["metadata"]["name"] == b["roleRef"]["name"]
+                    and r["metadata"].get("namespace") == b["metadata"].get("namespace")]) == 1, b
+
+
+def test_the_jobs_role_grants_exactly_what_the_backend_calls_in_the_jobs_namespace():
+    docs = rendered("base")
+    [role] = [r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == JOBS]
+    assert rules_as_map(role["rules"]) == RBAC_RULES
+    assert not any("resourceNames" in rule for rule in role["rules"])
+    assert config(docs)["JOBSITE_K8S_NAMESPACE"] == JOBS
+    assert not of_kind(docs, "ClusterRole") and not of_kind(docs, "ClusterRoleBinding"), "no cluster rights"
+
+
+def test_the_lease_role_covers_only_the_schedulers_lease_in_its_own_namespace():
+    docs = rendered("base")
+    [role] = [r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == CONTROL]
+    assert rules_as_map(role["rules"], LEASE_API_GROUP) == LEASE_RBAC_RULES
+    lease = config(docs)["JOBSITE_LEADER_LEASE_NAME"]
+    for rule in role["rules"]:
+        if rule["verbs"] == ["create"]:
+            assert "resourceNames" not in rule  # RBAC cannot restrict create by name
+        else:
+            assert rule["resourceNames"] == [lease]
+    # The Lease's namespace is the scheduler's own (POD_NAMESPACE), where this Role is.
+    assert "JOBSITE_LEADER_NAMESPACE" not in config(docs)
+    assert get(docs, "Deployment", "scheduler")["metadata"]["namespace"] == CONTROL
+
+
+def test_the_capacity_component_adds_only_node_listing_for_the_scheduler():
+    docs = rendered("overlays/example")
+    [role] = of_kind(docs, "ClusterRole")
+    assert rules_as_map(role["rules"]) == CAPACITY_RBAC_RULES
+    [binding] = of_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert config(docs)["JOBSITE_K8S_CHECK_CAPACITY"] == "true"
+    assert config(rendered("base"))["JOBSITE_K8S_CHECK_CAPACITY"] == "false"
+
+
+# --- configuration and secrets ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_no_secret_is_applied_and_every_container_reads_the_config_and_the_secret(target):
+    docs = rendered(target)
+    assert not of_kind(docs, "Secret"), "a Secret here would overwrite the real one on every apply"
+    images = set()
+    for d in deployments(docs).values():
+        spec = d["spec"]
+        assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+        for c in all_containers(pod_spec(d)):
+            images.add(c["image"])
+            assert c["envFrom"] == [{"configMapRef": {"name": "jobsite-config"}}, {"secretRef": {"name": SECRET}}]
     assert len(images) == 1
-    [kustomization] = load(DEPLOY / "kustomization.yaml")
-    assert [i["name"] for i in kustomization["images"]] == list(images)
-
-    assert deployments["scheduler"]["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "python", "manage.py", "runscheduler"]
-    assert deployments["scheduler"]["spec"]["replicas"] == 1
-    assert deployments["scheduler"]["spec"]["template"]["spec"]["initContainers"][0]["command"][:3] == [
-        "python", "manage.py", "migrate"]
-    worker = deployments["worker"]["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert worker[:5] == ["celery", "-A", "jobsite", "worker", "-B"]
-    assert deployments["worker"]["spec"]["replicas"] == 1  # one embedded beat
-    assert deployments["web"]["spec"]["template"]["spec"]["containers"][0]["command"][:2] == [
-        "uvicorn", "jobsite.asgi:application"]
+    expected = "registry.example.com/jobsite:1.0.0" if target == "overlays/example" else "jobsite"
+    assert images == {expected}
 
 
-def test_the_web_service_reaches_the_web_pods():
-    [service] = of_kind("Service")
-    [web] = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "web"]
-    template = web["spec"]["template"]
-    assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
-    ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
-    for port in service["spec"]["ports"]:
-        assert port["targetPort"] in ports or port["targetPort"] in ports.values()
+def test_the_secret_keys_are_settings_and_the_readme_creates_them():
+    for key in SECRET_KEYS:
+        assert re.search(rf"""["']{key}["']""", SETTINGS), f"{key} is not a setting jobsite reads"
+    [command] = re.findall(r"kubectl create secret generic .*?(?=\n\S|\n\n|```)", README, flags=re.S)
+    assert f"-n {CONTROL}" in command and SECRET in command
+    assert set(re.findall(r"--from-literal=(\w+)=", command)) == SECRET_KEYS
 
 
-def test_the_config_selects_the_kubernetes_backend_with_settings_that_exist():
-    [config] = of_kind("ConfigMap")
-    data = config["data"]
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_config_selects_the_kubernetes_backend_with_settings_that_exist(target):
+    data = config(rendered(target))
     assert data["JOBSITE_BACKEND"] == "kubernetes"
-    [namespace] = of_kind("Namespace")
-    [kustomization] = load(DEPLOY / "kustomization.yaml")
-    assert data["JOBSITE_K8S_NAMESPACE"] == namespace["metadata"]["name"] == kustomization["namespace"]
+    assert data["JOBSITE_SCHEDULER_MODE"] == "process"
+    assert data["JOBSITE_K8S_NAMESPACE"] == JOBS
+    assert data["JOBSITE_LEADER_ELECTION"] == "lease"
+    for key in ("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", "JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED",
+                "JOBSITE_K8S_WORKDIR_SIZE"):
+        assert data[key]
     for key, value in data.items():
         assert isinstance(value, str), f"{key}: ConfigMap values are strings"
         assert re.search(rf"""["']{key}["']""", SETTINGS), f"{key} is not a setting jobsite reads"
+        assert key not in SECRET_KEYS
     for key in ("JOBSITE_K8S_DEFAULT_NODE_SELECTOR", "JOBSITE_K8S_DEFAULT_TOLERATIONS",
                 "JOBSITE_K8S_DEFAULT_AFFINITY", "JOBSITE_K8S_DATASETS"):
         json.loads(data[key])
-    [secret] = of_kind("Secret")
-    assert set(secret["stringData"]) == {"SECRET_KEY", "DATABASE_URL", "REDIS_URL"}
-    for key in secret["stringData"]:
-        assert re.search(rf"""["']{key}["']""", SETTINGS)
+
+
+# --- the three roles -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_web_scheduler_and_worker_have_probes(target):
+    docs = rendered(target)
+    data = config(docs)
+    ds = deployments(docs)
+    assert set(ds) == {"web", "scheduler", "worker"}
+
+    [web] = pod_spec(ds["web"])["containers"]
+    assert web["command"][:2] == ["uvicorn", "jobsite.asgi:application"]
+    ports = {p["name"]: p["containerPort"] for p in web["ports"]}
+    for probe in (web["readinessProbe"], web["livenessProbe"]):
+        assert probe["httpGet"]["path"] == "/healthz" and probe["httpGet"]["port"] in ports
+        # Django answers only ALLOWED_HOSTS; the probe's Host must be one of them.
+        [host] = [h["value"] for h in probe["httpGet"]["httpHeaders"] if h["name"] == "Host"]
+        assert host in data["ALLOWED_HOSTS"].split(",")
+
+    [scheduler] = pod_spec(ds["scheduler"])["containers"]
+    assert scheduler["ports"] == [{"name": "http-metrics", "containerPort": 9100}]
+    assert data["JOBSITE_SCHEDULER_HTTP_PORT"] == "9100"
+    assert scheduler["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+    assert scheduler["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
+
+    [worker] = pod_spec(ds["worker"])["containers"]
+    probe = worker["livenessProbe"]
+    assert "celery -A jobsite inspect ping" in probe["exec"]["command"][-1]
+    assert '-d "celery@$HOSTNAME"' in probe["exec"]["command"][-1]
+    assert probe["periodSeconds"] >= 60 and probe["timeoutSeconds"] >= 30
+
+
+def test_the_scheduler_runs_two_replicas_one_of_them_leading():
+    docs = rendered("base")
+    d = deployments(docs)["scheduler"]
+    assert d["spec"]["replicas"] == 2
+    # New pods one at a time: their init containers' migrations never overlap in a rollout.
+    assert d["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = pod_spec(d)
+    [migrate] = pod["initContainers"]
+    assert migrate["command"][:3] == ["python", "manage.py", "migrate"]
+    [main] = pod["containers"]
+    assert main["command"] == ["python", "manage.py", "runscheduler"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in main["env"]}
+    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+    assert d["spec"]["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9100", "prometheus.io/path": "/metrics"}
+
+
+def test_the_worker_is_one_celery_worker_with_beat_and_no_cluster_access():
+    d = deployments(rendered("base"))["worker"]
+    assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"] == {"type": "Recreate"}  # one embedded beat
+    [worker] = pod_spec(d)["containers"]
+    assert worker["command"][:5] == ["celery", "-A", "jobsite", "worker", "-B"]
+    assert not any(v.get("persistentVolumeClaim") for v in pod_spec(d)["volumes"])
+
+
+def test_the_web_service_reaches_the_web_pods():
+    docs = rendered("base")
+    service = get(docs, "Service", "web")
+    template = deployments(docs)["web"]["spec"]["template"]
+    assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+    for port in service["spec"]["ports"]:
+        assert port["targetPort"] in ports
+
+
+# --- the log archive -------------------------------------------------------------------------------------------------
+
+def log_volume_users(docs: list[dict]) -> dict[str, dict]:
+    """Deployments mounting the log archive claim at JOBSITE_LOG_ROOT -> that mount."""
+    root = config(docs)["JOBSITE_LOG_ROOT"]
+    users = {}
+    for name, d in deployments(docs).items():
+        pod = pod_spec(d)
+        claims = {v["name"] for v in pod["volumes"]
+                  if v.get("persistentVolumeClaim", {}).get("claimName") == "jobsite-logs"}
+        for c in pod["containers"]:
+            for m in c.get("volumeMounts", []):
+                if m["name"] in claims:
+                    assert m["mountPath"] == root
+                    users[name] = m
+    return users
+
+
+def test_the_base_log_archive_is_read_write_once_on_the_default_class_with_its_users_on_one_node():
+    docs = rendered("base")
+    pvc = get(docs, "PersistentVolumeClaim", "jobsite-logs")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert "storageClassName" not in pvc["spec"]  # the cluster's default class
+    users = log_volume_users(docs)
+    assert set(users) == {"web", "scheduler"}
+    assert users["web"].get("readOnly") is True and not users["scheduler"].get("readOnly")
+    for name in users:
+        template = deployments(docs)[name]["spec"]["template"]
+        key, value = LOG_LABEL
+        assert template["metadata"]["labels"][key] == value
+        # Required affinity to every pod carrying the label (itself included, so the first pod goes anywhere).
+        assert template["spec"]["affinity"] == {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {key: value}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    assert LOG_LABEL[0] not in deployments(docs)["worker"]["spec"]["template"]["metadata"]["labels"]
+
+
+def test_the_rwx_overlay_asks_for_a_read_write_many_class_and_drops_the_co_location():
+    docs = rendered("overlays/rwx")
+    pvc = get(docs, "PersistentVolumeClaim", "jobsite-logs")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["storageClassName"]
+    for name in log_volume_users(docs):
+        affinity = pod_spec(deployments(docs)[name])["affinity"]
+        assert set(affinity) == {"podAntiAffinity"}
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in affinity["podAntiAffinity"]
+
+
+# --- network isolation -----------------------------------------------------------------------------------------------
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e["values"],
+              "Exists": present, "DoesNotExist": not present}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+def endpoint(namespace: str | None, labels: dict[str, str] | None, ip: str) -> dict:
+    """A pod (namespace and labels) or an address outside the cluster (namespace None)."""
+    return {"namespace": namespace, "labels": labels or {}, "ip": ipaddress.ip_address(ip)}
+
+
+def peer_matches(peer: dict, policy_namespace: str, other: dict) -> bool:
+    if "ipBlock" in peer:  # also matched against pod addresses, as Calico does: the stricter reading
+        block = peer["ipBlock"]
+        return (other["ip"] in ipaddress.ip_network(block["cidr"])
+                and not any(other["ip"] in ipaddress.ip_network(e) for e in block.get("except", [])))
+    if other["namespace"] is None:
+        return False
+    if "namespaceSelector" in peer:
+        if not selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": other["namespace"]}):
+            return False
+    elif other["namespace"] != policy_namespace:
+        return False
+    return selects(peer.get("podSelector") or {}, other["labels"])
+
+
+def allowed(policies: list[dict], pod: dict, other: dict, port: int, direction: str, protocol: str = "TCP") -> bool:
+    """Whether the policies let `pod` send to (Egress) or receive from (Ingress) `other` on that port."""
+    mine = [p for p in policies if p["metadata"]["namespace"] == pod["namespace"]
+            and selects(p["spec"]["podSelector"], pod["labels"]) and direction in p["spec"]["policyTypes"]]
+    if not mine:
+        return True  # not isolated in that direction
+    key, peers_key = ("egress", "to") if direction == "Egress" else ("ingress", "from")
+    for policy in mine:
+        for rule in policy["spec"].get(key, []):
+            ports = rule.get("ports")
+            if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == protocol for p in ports):
+                continue
+            peers = rule.get(peers_key)
+            if not peers or any(peer_matches(peer, policy["metadata"]["namespace"], other) for peer in peers):
+                return True
+    return False
+
+
+def connects(policies: list[dict], source: dict, target: dict, port: int, protocol: str = "TCP") -> bool:
+    return (allowed(policies, source, target, port, "Egress", protocol)
+            and allowed(policies, target, source, port, "Ingress", protocol))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_job_pods_reach_each_other_dns_and_the_internet_but_not_the_control_plane(target):
+    docs = rendered(target)
+    policies = of_kind(docs, "NetworkPolicy")
+    jobs_namespace = config(docs)["JOBSITE_K8S_NAMESPACE"]
+    _, pods = build_attempt(make_spec(replicas=2), PodDefaults(namespace=jobs_namespace), now=NOW)
+    rank0, rank1 = (endpoint(p["metadata"]["namespace"], p["metadata"]["labels"], f"10.244.1.{i + 10}")
+                    for i, p in enumerate(pods))
+    [job_policy] = [p for p in policies if p["metadata"]["namespace"] == JOBS]
+    assert job_policy["spec"]["podSelector"] == {} and set(job_policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+
+    def labels(component):
+        return deployments(docs)[component]["spec"]["template"]["metadata"]["labels"]
+
+    web = endpoint(CONTROL, labels("web"), "10.244.2.10")
+    scheduler = endpoint(CONTROL, labels("scheduler"), "10.244.2.11")
+    worker = endpoint(CONTROL, labels("worker"), "10.244.2.12")
+    postgres = endpoint(CONTROL, {"app": "postgresql"}, "10.244.2.13")
+    redis = endpoint(CONTROL, {"app": "redis"}, "10.244.2.14")
+    dns = endpoint("kube-system", {"k8s-app": "kube-dns"}, "10.244.0.2")
+    prometheus = endpoint("monitoring", {"app": "prometheus"}, "10.244.3.2")
+    ingress_controller = endpoint("ingress-nginx", {"app": "ingress-nginx"}, "10.244.3.3")
+
+    # Replicas of one job: the rendezvous port and anything else.
+    assert connects(policies, rank1, rank0, 29500) and connects(policies, rank0, rank1, 12345)
+    assert connects(policies, rank0, dns, 53, "UDP") and connects(policies, rank0, dns, 53, "TCP")
+    assert connects(policies, rank0, endpoint(None, None, "169.254.20.10"), 53, "UDP")  # NodeLocal DNSCache
+    assert connects(policies, rank0, endpoint(None, None, "151.101.0.223"), 443)  # e.g. a package index
+    # Never the control plane, by pod or by address; nor the cloud metadata service or private networks.
+    for other in (web, scheduler, worker, postgres, redis):
+        for port in (8000, 9100, 5432, 6379):
+            assert not connects(policies, rank0, other, port), (other, port)
+            assert not allowed(policies, rank0, other, port, "Egress"), (other, port)
+    for ip, port in (("169.254.169.254", 80), ("10.0.0.5", 5432), ("172.20.0.1", 443), ("192.168.1.1", 6379),
+                     ("100.64.0.10", 5432)):
+        assert not connects(policies, rank0, endpoint(None, None, ip), port), ip
+    # Nothing from outside the jobs namespace reaches job pods.
+    assert not connects(policies, scheduler, rank0, 29500)
+    assert not connects(policies, ingress_controller, rank0, 8888)
+
+    # The control plane: web's port from anywhere, the scheduler's metrics from other namespaces (not the jobs'),
+    # everything within the namespace, nothing else.
+    assert connects(policies, ingress_controller, web, 8000) and connects(policies, prometheus, web, 8000)
+    assert connects(policies, prometheus, scheduler, 9100)
+    assert not connects(policies, prometheus, scheduler, 8000) and not connects(policies, prometheus, postgres, 5432)
+    assert not allowed(policies, scheduler, rank0, 9100, "Ingress")
+    assert not allowed(policies, postgres, rank0, 5432, "Ingress")
+    for source in (web, scheduler, worker):
+        assert connects(policies, source, postgres, 5432) and connects(policies, source, redis, 6379)
+    assert connects(policies, web, scheduler, 9100)
+    # The policy ports are the pods' ports.
+    assert {p["containerPort"] for p in pod_spec(deployments(docs)["web"])["containers"][0]["ports"]} == {8000}
+
+
+# --- scraping --------------------------------------------------------------------------------------------------------
+
+def test_the_servicemonitor_component_scrapes_the_scheduler_and_web_with_the_metrics_token():
+    docs = rendered("overlays/example")
+    monitors = {m["metadata"]["name"]: m for m in of_kind(docs, "ServiceMonitor")}
+    assert set(monitors) == {"jobsite-scheduler", "jobsite-web"}
+    metrics = get(docs, "Service", "scheduler-metrics")
+    assert metrics["spec"]["clusterIP"] == "None"
+    template = deployments(docs)["scheduler"]["spec"]["template"]
+    assert metrics["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    assert metrics["spec"]["ports"] == [{"name": "http-metrics", "port": 9100, "targetPort": "http-metrics"}]
+    services = of_kind(docs, "Service")
+    for name, monitor in monitors.items():
+        assert monitor["metadata"]["namespace"] == CONTROL
+        [service] = [s for s in services if selects(monitor["spec"]["selector"], s["metadata"].get("labels", {}))]
+        [endpoint_] = monitor["spec"]["endpoints"]
+        assert endpoint_["port"] in {p["name"] for p in service["spec"]["ports"]}
+        assert endpoint_["path"] == "/metrics"
+        if name == "jobsite-web":
+            assert service["metadata"]["name"] == "web"
+            assert endpoint_["authorization"]["credentials"] == {"name": SECRET, "key": "JOBSITE_METRICS_TOKEN"}
+        else:
+            assert service is metrics and "authorization" not in endpoint_

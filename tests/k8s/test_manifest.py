@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
+import kubernetes_validate
 import pytest
 
 from scheduler.backends.base import LaunchReplica, LaunchSpec
@@ -15,6 +16,7 @@ from scheduler.backends.k8s_manifest import (
 from scheduler.backends.kubernetes import KubernetesBackend
 
 from .conftest import NAMESPACE
+from .pod_security import baseline_violations, restricted_violations
 
 GIB = 1 << 30
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -183,3 +185,54 @@ def test_launch_creates_the_objects_in_the_namespace_and_is_idempotent(settings,
     assert backend.launch(spec) == data
     posts = [p for m, p, *_ in emulator.emu.journal if m == "POST"]
     assert posts.count(f"/api/v1/namespaces/{NAMESPACE}/pods") == 4
+
+
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+MNIST = {"name": "mnist", "volume": {"persistentVolumeClaim": {"claimName": "ds-mnist", "readOnly": True}}}
+
+
+def test_job_pods_meet_pod_security_restricted_when_a_user_id_is_configured():
+    defaults = PodDefaults(namespace="ns", run_as_user=1000, run_as_group=100, datasets=[MNIST])
+    service, pods = build_attempt(make_spec(replicas=2, group_volume="pvc:phusers-vol"), defaults, now=NOW)
+    for obj in [service, *pods]:
+        kubernetes_validate.validate(obj, "1.33", strict=True)
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True,
+                                           "runAsUser": 1000, "runAsGroup": 100}
+        assert [c["name"] for c in spec["initContainers"] + spec["containers"]] == ["workdir-links", "main"]
+        for c in spec["initContainers"] + spec["containers"]:
+            assert c["securityContext"] == CONTAINER_SECURITY
+        assert restricted_violations(spec) == []
+
+
+def test_job_pods_run_as_the_images_user_by_default_and_meet_baseline():
+    # GPU images often run as root: without a configured uid only runAsNonRoot (and NFS) is short of `restricted`,
+    # which is why the jobs namespace enforces `baseline` (deploy/base/namespaces.yaml).
+    spec = make_spec(group_volume="nfs://10.0.0.5/exports/phusers")
+    _, [pod] = build_attempt(spec, PodDefaults(namespace="ns", datasets=[MNIST]), now=NOW)
+    kubernetes_validate.validate(pod, "1.33", strict=True)
+    s = pod["spec"]
+    assert s["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert baseline_violations(s) == []
+    assert restricted_violations(s) == ["volume group: ['nfs']", "workdir-links: runAsNonRoot is not true",
+                                        "main: runAsNonRoot is not true"]
+    # A user id of 0 is root: runAsNonRoot is not claimed.
+    _, [root] = build_attempt(make_spec(), PodDefaults(namespace="ns", run_as_user=0), now=NOW)
+    assert root["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": 0}
+
+
+def test_a_node_path_group_volume_is_outside_baseline():
+    _, [pod] = build_attempt(make_spec(group_volume="/mnt/shared/phusers"), PodDefaults(namespace="ns"), now=NOW)
+    assert baseline_violations(pod["spec"]) == ["hostPath volume group"]
+
+
+def test_the_job_user_id_comes_from_the_settings_when_they_have_one(settings):
+    settings.JOBSITE_K8S_RUN_AS_USER = "1000"
+    settings.JOBSITE_K8S_RUN_AS_GROUP = 100
+    defaults = PodDefaults.from_settings("ns")
+    assert (defaults.run_as_user, defaults.run_as_group) == (1000, 100)
+    settings.JOBSITE_K8S_RUN_AS_USER = ""
+    settings.JOBSITE_K8S_RUN_AS_GROUP = None
+    defaults = PodDefaults.from_settings("ns")
+    assert (defaults.run_as_user, defaults.run_as_group) == (None, None)
