@@ -1,28 +1,55 @@
 """A small informer: list, then watch, a namespaced resource in a background thread into an in-memory cache.
 
-It keeps ``{name: object}`` (the API's JSON) current: a full list first and after every ``resync_seconds``, a watch
-in between that resumes from the last resourceVersion after an error and relists after 410 Gone. It does not rely
-on the server for what it can check itself: objects are filtered by ``accept`` on the client too (an emulator or
-an old server may ignore selectors), a missing resourceVersion just means the next watch starts from "now", and
-the watch is bounded by a client read timeout as well as the server timeout. ``stop()`` ends it at once.
+It keeps ``{name: object}`` (the API's JSON) current the way client-go's reflector does:
+
+- **List, then watch.** A full LIST (paged) fills the cache and gives a resourceVersion; the watch starts from
+  it (``allowWatchBookmarks``) and every event moves it on: ADDED/MODIFIED/DELETED change the cache, a BOOKMARK
+  only moves the resourceVersion. When the server ends a watch (its ``timeoutSeconds``, or our read timeout on a
+  silent stream) the next one resumes from the last resourceVersion: no LIST.
+- **Expired (410 Gone).** An expired resourceVersion is reported either as an HTTP 410 answer to the watch (or
+  list) request or, mid-stream, as an ``ERROR`` event carrying a ``Status`` with code 410 (what a real API server
+  sends after a compaction). Both mean the same: forget the resourceVersion and relist. The watch stream is read
+  here, not through ``kubernetes.watch.Watch``, which with ``deserialize=False`` fails on ERROR events.
+- **Errors.** Other ERROR events and HTTP errors, network failures and a watch that ends at once with nothing in
+  it are errors: the watch resumes from where it was after a backoff, or the informer relists when the answer
+  says the request itself is unusable (4xx other than 429). Consecutive failures back off exponentially with
+  jitter, ``min(retry_cap, retry_base * 2**(n-1)) * uniform(0.5, 1)`` for the n-th failure in a row, so the
+  first relist after a single 410 is prompt and a server that keeps failing is not hammered. The count resets
+  when a watch delivers an event or runs its course.
+- **Resync without LIST.** Every ``resync_seconds`` the cache is handed to ``on_resync(items)`` (client-go's
+  resync: a handler hook to re-check state), from a second thread; it does not touch the API. A full relist
+  happens only at start, after the errors above, or on ``request_relist()``; ``on_relist()`` is called after
+  every full list. The two hooks never run at the same time.
+
+It does not rely on the server for what it can check itself: objects are filtered by ``accept`` on the client too
+(an emulator or an old server may ignore selectors), a missing resourceVersion just means the next watch starts
+from "now", and the watch is bounded by a client read timeout as well as the server timeout. ``stop()`` ends it
+at once, also in the middle of a backoff.
+
+For metrics: ``relists``, ``watches``, ``errors``, ``expired`` (410s seen; not counted in ``errors``),
+``resyncs``, ``last_activity`` (monotonic time of the last successful list, event or bookmark) and
+``lag_seconds()``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
+import random
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+GONE = 410
+SHORT_WATCH_SECONDS = 1.0  # a watch that ends sooner than this without any event counts as a failure
 
 
 def obj_name(obj: Obj) -> str | None:
@@ -31,6 +58,14 @@ def obj_name(obj: Obj) -> str | None:
 
 def obj_version(obj: Obj) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+class Expired(Exception):
+    """The resourceVersion is too old (410 Gone): only a new list helps."""
+
+
+class WatchFailed(Exception):
+    """A watch that went wrong without an API status (garbage on the stream, an empty watch ending at once)."""
 
 
 class Informer:
@@ -46,7 +81,9 @@ class Informer:
         resync_seconds: float = 60.0,
         watch_timeout: int = 300,
         retry_base: float = 0.5,
+        retry_cap: float = 30.0,
         on_relist: Callable[[], None] | None = None,
+        on_resync: Callable[[list[Obj]], None] | None = None,
     ):
         self.name = name
         self.list_func = list_func
@@ -57,21 +94,31 @@ class Informer:
         self.resync_seconds = resync_seconds
         self.watch_timeout = max(1, int(watch_timeout))
         self.retry_base = retry_base
+        self.retry_cap = retry_cap
         self.on_relist = on_relist
+        self.on_resync = on_resync
 
         self.synced = threading.Event()
         self.resource_version: str | None = None
-        self.relists = 0  # full lists done (for tests and metrics)
+        # For tests and metrics.
+        self.relists = 0  # full lists done
         self.watches = 0  # watch requests started
-        self.errors = 0
+        self.errors = 0  # failed lists and watches, 410s aside
+        self.expired = 0  # 410 Gone seen (HTTP status or ERROR event)
+        self.resyncs = 0  # resync ticks (each hands the cache to on_resync, when there is one)
+        self.last_activity: float | None = None  # time.monotonic() of the last successful list, event or bookmark
+
         self._cache: dict[str, Obj] = {}
         self._index: dict[str, set[str]] = {}
         self._lock = threading.RLock()
+        self._hook_lock = threading.Lock()  # on_relist and on_resync never overlap
         self._stopping = threading.Event()
         self._relist_requested = threading.Event()
-        self._watch: watch.Watch | None = None
+        self._wake = threading.Event()  # ends a backoff early (stop, request_relist)
+        self._failures = 0  # consecutive failures, for the backoff
+        self._resp: Any = None  # the open watch response, so that it can be cut
         self._thread: threading.Thread | None = None
-        self._next_resync = 0.0
+        self._resync_thread: threading.Thread | None = None
 
     # --- reading ---------------------------------------------------------------------------------------
 
@@ -86,6 +133,11 @@ class Informer:
     def indexed(self, key: str) -> list[Obj]:
         with self._lock:
             return [self._cache[n] for n in self._index.get(key, ()) if n in self._cache]
+
+    def lag_seconds(self) -> float | None:
+        """Seconds since the last successful list, event or bookmark (None before the first)."""
+        last = self.last_activity
+        return None if last is None else max(0.0, time.monotonic() - last)
 
     # --- writing (also used by callers that read an object directly) -----------------------------------
 
@@ -134,27 +186,38 @@ class Informer:
         if self.running:
             return
         self._stopping.clear()
+        self._wake.clear()
         self._thread = threading.Thread(target=self._run, name=f"k8s-informer-{self.name}", daemon=True)
         self._thread.start()
+        if self.resync_seconds > 0:
+            self._resync_thread = threading.Thread(target=self._resync_loop, name=f"k8s-resync-{self.name}",
+                                                   daemon=True)
+            self._resync_thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
         self._stopping.set()
+        self._wake.set()
         thread = self._thread
         self._interrupt(lambda: thread is None or not thread.is_alive(), timeout)
-        self._thread = None
+        resync = self._resync_thread
+        if resync is not None and resync is not threading.current_thread():
+            resync.join(max(0.0, deadline - time.monotonic()))
+        self._thread = self._resync_thread = None
 
     def request_relist(self, timeout: float = 5.0) -> None:
-        """Relist now: end the current watch request and wait until the relist has started."""
+        """Relist now (also cutting a backoff short): end the current watch and wait until the relist has started."""
         self._relist_requested.set()
+        self._wake.set()
         self._interrupt(lambda: not self._relist_requested.is_set() or not self.running, timeout)
 
     def _interrupt(self, done: Callable[[], bool], timeout: float) -> None:
-        """Cut the open watch connection until ``done`` (a watch may be between creation and its request)."""
+        """Cut the open watch connection until ``done`` (a watch may be between its request and its response)."""
         deadline = time.monotonic() + timeout
         while not done() and time.monotonic() < deadline:
-            w = self._watch
-            if w is not None:
-                w.stop()  # shuts the socket down, so a blocked read returns now
+            resp = self._resp
+            if resp is not None:
+                _cut(resp)
             time.sleep(0.02)
 
     def wait_synced(self, timeout: float) -> bool:
@@ -162,45 +225,74 @@ class Informer:
 
     # --- the loop ----------------------------------------------------------------------------------------
 
+    def _interrupted(self) -> bool:
+        return self._stopping.is_set() or self._relist_requested.is_set()
+
     def _run(self) -> None:
-        delay = self.retry_base
         need_list = True
         while not self._stopping.is_set():
             try:
-                if need_list or self._relist_requested.is_set() or time.monotonic() >= self._next_resync:
+                if need_list or self._relist_requested.is_set():
                     self._relist_requested.clear()
                     self._relist()
                     need_list = False
-                    if self.on_relist is not None:
-                        try:
-                            self.on_relist()
-                        except Exception:
-                            log.exception("%s informer: after-relist hook failed", self.name)
+                    self._call_hook("after-relist", self.on_relist)
                 self._watch_once()
-                delay = self.retry_base
+            except Expired as exc:
+                if self._stopping.is_set():
+                    break
+                self.expired += 1
+                self.resource_version = None
+                need_list = True
+                self._backoff(f"expired ({exc}), relisting")
             except ApiException as exc:
                 if self._stopping.is_set():
                     break
-                self.errors += 1
-                if exc.status == 410:  # our resourceVersion is too old: start again from a fresh list
-                    log.info("%s informer: watch expired (410 Gone), relisting", self.name)
+                if exc.status == GONE:
+                    self.expired += 1
                     self.resource_version = None
                     need_list = True
+                    self._backoff(f"expired (HTTP 410 {exc.reason}), relisting")
                     continue
-                log.warning("%s informer: API error %s %s, retrying in %.1f s", self.name, exc.status, exc.reason,
-                            delay)
+                self.errors += 1
                 if exc.status and 400 <= exc.status < 500 and exc.status != 429:
                     need_list = True  # a client-side problem with our request: start over
-                self._stopping.wait(delay)
-                delay = min(delay * 2, 30.0)
-            except Exception as exc:  # network: resume the watch from where it was
+                self._backoff(f"API error {exc.status} {exc.reason}" + (", relisting" if need_list else ""),
+                              level=logging.WARNING)
+            except Exception as exc:  # network and the like: resume the watch from where it was
                 if self._stopping.is_set():
                     break
                 self.errors += 1
-                log.warning("%s informer: %s, retrying in %.1f s", self.name, exc, delay)
-                self._stopping.wait(delay)
-                delay = min(delay * 2, 30.0)
-        self._watch = None
+                self._backoff(f"{type(exc).__name__}: {exc}", level=logging.WARNING)
+        self._resp = None
+
+    def _backoff(self, why: str, level: int = logging.INFO) -> None:
+        """Wait before the next attempt: exponential in the consecutive failures, jittered, cut short by stop or
+        request_relist."""
+        self._failures += 1
+        delay = min(self.retry_cap, self.retry_base * 2 ** (self._failures - 1)) * random.uniform(0.5, 1.0)
+        log.log(level, "%s informer: %s; retrying in %.2f s (failure %d in a row)", self.name, why, delay,
+                self._failures)
+        self._wake.clear()
+        if not self._interrupted():
+            self._wake.wait(delay)
+
+    def _call_hook(self, what: str, hook: Callable[..., None] | None, *args: Any) -> None:
+        if hook is None:
+            return
+        with self._hook_lock:
+            try:
+                hook(*args)
+            except Exception:
+                log.exception("%s informer: %s hook failed", self.name, what)
+
+    def _resync_loop(self) -> None:
+        while not self._stopping.wait(self.resync_seconds):
+            if not self.synced.is_set():
+                continue
+            self.resyncs += 1
+            if self.on_resync is not None:
+                self._call_hook("resync", self.on_resync, self.items())
 
     def _relist(self) -> None:
         items: dict[str, Obj] = {}
@@ -228,41 +320,64 @@ class Informer:
                 self.upsert(obj)
         self.resource_version = version
         self.relists += 1
-        self._next_resync = time.monotonic() + self.resync_seconds
+        self.last_activity = time.monotonic()
         self.synced.set()
 
     def _watch_once(self) -> None:
-        remaining = max(1, math.ceil(self._next_resync - time.monotonic()))
-        timeout = min(self.watch_timeout, remaining)
+        """One watch request, read to its end. Returns when the server ends it (or we cut it); raises otherwise."""
+        timeout = self.watch_timeout
         # The server ends the watch after `timeout`; the read timeout covers a server that ignores it.
-        kwargs = dict(self.list_kwargs, timeout_seconds=timeout, allow_watch_bookmarks=True, deserialize=False,
-                      _request_timeout=(10, timeout + 2))
+        kwargs = dict(self.list_kwargs, watch=True, timeout_seconds=timeout, allow_watch_bookmarks=True,
+                      _preload_content=False, _request_timeout=(10, timeout + 5))
         if self.resource_version:
             kwargs["resource_version"] = self.resource_version
-        w = watch.Watch()
-        self._watch = w
-        if self._stopping.is_set():
+        if self._interrupted():
             return
         self.watches += 1
+        started = time.monotonic()
+        delivered = 0
+        resp = self.list_func(self.namespace, **kwargs)  # an HTTP error status raises ApiException here
+        self._resp = resp
         try:
-            for event in w.stream(self.list_func, self.namespace, **kwargs):
+            for line in _lines(resp):
+                if self._interrupted():
+                    return
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:
+                    raise WatchFailed(f"not a watch event: {line[:200]!r}") from exc
                 self._apply(event)
-                if (self._stopping.is_set() or self._relist_requested.is_set()
-                        or time.monotonic() >= self._next_resync):
-                    break
+                delivered += 1
+                self._failures = 0  # the server is answering: whatever failed before is over
         except Exception as exc:
-            if self._stopping.is_set() or self._relist_requested.is_set():
+            if self._interrupted():
                 return  # we cut the connection ourselves
-            if _is_read_timeout(exc):
-                return  # an idle watch: start the next one
-            raise
+            if not _is_read_timeout(exc):
+                raise
+            # a silent watch that outlived its server timeout: it ran its course
         finally:
-            self._watch = None
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+        if self._interrupted():
+            return
+        if not delivered and time.monotonic() - started < SHORT_WATCH_SECONDS:
+            raise WatchFailed("the watch ended at once without any event")
+        self._failures = 0
 
     def _apply(self, event: dict) -> None:
         kind = event.get("type")
-        obj = event.get("object") or event.get("raw_object") or {}
-        version = obj_version(obj) if isinstance(obj, dict) else None
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            obj = {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            reason = f"{obj.get('reason') or ''}: {obj.get('message') or ''}"
+            if code == GONE:
+                raise Expired(reason)
+            raise ApiException(status=code or 500, reason=f"watch ERROR event {reason}")
+        version = obj_version(obj)
+        self.last_activity = time.monotonic()
         if kind == "BOOKMARK":
             if version:
                 self.resource_version = version
@@ -276,6 +391,34 @@ class Informer:
             self.remove(name)
         if version:
             self.resource_version = version
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    """The non-empty lines of a streamed (chunked) response, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        buffer += chunk if isinstance(chunk, bytes) else str(chunk).encode()
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line.decode("utf-8", errors="replace")
+    if buffer.strip():
+        yield buffer.decode("utf-8", errors="replace")
+
+
+def _cut(resp: Any) -> None:
+    """Shut the watch's socket down, so that a read blocked on it returns now."""
+    try:
+        resp.shutdown()
+        return
+    except Exception:
+        pass
+    try:
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except Exception:
+        pass
 
 
 def _is_read_timeout(exc: BaseException) -> bool:
