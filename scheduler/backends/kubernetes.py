@@ -4,11 +4,15 @@
   errors (5xx, 429, timeouts) are retried with backoff, 409 AlreadyExists means it was already created, any
   other 4xx is a ``LaunchError``. A launch cut short by an API outage is retried by ``observe``.
 - observe: reads an informer's cache of the managed pods (a direct GET when the cache has no answer), maps each
-  pod with ``k8s_status.observe_pod``, keeps the replicas' archived logs current from the pod log API and turns
-  the pods' Kubernetes Events into job events.
-- stop / cleanup / reconcile: always archive a pod's log before deleting it. ``reconcile`` (after every full
-  relist, and callable) deletes managed pods and services that belong to no live attempt.
-- nodes: the Ready nodes' allocatable GPUs/CPU/memory when JOBSITE_K8S_CHECK_CAPACITY is on, else none.
+  pod with ``k8s_status.observe_pod``, hands running replicas to the log archiver (``k8s_logs``: new lines only,
+  on its own threads) and turns the pods' Kubernetes Events into job events.
+- stop / cleanup / reconcile: always archive what is left of a pod's log before deleting it. ``reconcile`` (the
+  leader's sync, every JOBSITE_K8S_RESYNC_SECONDS) deletes managed pods and services of no live attempt.
+- nodes: the Ready nodes' allocatable GPUs/CPU/memory, read by a thread of their own when
+  JOBSITE_K8S_CHECK_CAPACITY is on (none when it is off): asking never waits on the API.
+
+Only the scheduler process builds this backend; the leader starts its watches (``start``), a standby stops them
+(``close``).
 
 The verbs it uses are listed in ``RBAC_RULES``; deploy/base/rbac.yaml grants exactly those (a test checks both).
 """
@@ -18,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 import weakref
@@ -40,6 +43,7 @@ from scheduler.core import Node
 
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
 from .k8s_informer import Informer
+from .k8s_logs import LogArchiver
 from .k8s_manifest import (
     CONTAINER,
     GPU_RESOURCE,
@@ -84,6 +88,9 @@ def load_api_client() -> client.ApiClient:
     else:
         # Read KUBECONFIG now (the client reads it once, at import); it may list several files.
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration)
+    # urllib3 would wait out a Retry-After (429/503) inside the request, in the caller's thread: the backend's own
+    # retries decide instead (and never in the admission thread).
+    configuration.retries = urllib3.Retry(total=2, status=0, redirect=0, respect_retry_after_header=False)
     return client.ApiClient(configuration)
 
 
@@ -91,6 +98,15 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ApiException):
         return exc.status in (0, None, 429) or exc.status >= 500
     return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+def retry_after(exc: BaseException, cap: float = 60.0) -> float:
+    """Seconds a 429/503 answer asks us to wait (its Retry-After header, in seconds), else 0."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        return min(float(headers.get("Retry-After", 0)), cap)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def api_message(exc: ApiException) -> str:
@@ -133,7 +149,7 @@ class KubernetesBackend:
         self._state_lock = threading.Lock()
         self._pods: Informer | None = None
         self._events: Informer | None = None
-        self._log_fetched: dict[str, float] = {}  # pod name -> monotonic time of the last archive
+        self._archiver: LogArchiver | None = None
         self._log_final: set[str] = set()  # pods whose ended container's log is archived
         self._seen_events: set[tuple[str, int]] = set()
         self._unlaunched: dict[tuple[int, int], LaunchSpec] = {}  # launches an API outage cut short
@@ -167,9 +183,10 @@ class KubernetesBackend:
                     raise
                 if attempt == retries:
                     raise KubernetesUnavailable(f"{getattr(fn, '__name__', fn)}: {_describe(exc)}") from exc
+                wait = max(delay, retry_after(exc))
                 log.warning("Kubernetes API %s failed (%s); retry %d/%d in %.1f s", getattr(fn, "__name__", fn),
-                            _describe(exc), attempt + 1, retries, delay)
-                time.sleep(delay)
+                            _describe(exc), attempt + 1, retries, wait)
+                time.sleep(wait)
                 delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
 
@@ -212,11 +229,24 @@ class KubernetesBackend:
                 self._nodes_thread.start()
 
     def close(self) -> None:
-        """Stop the watches and the node reads (their threads end at once)."""
+        """Stop the watches, the node reads and the log copies (their threads end at once)."""
         self._closing.set()
         for informer in (self._pods, self._events):
             if informer is not None:
                 informer.stop()
+        with self._state_lock:
+            archiver, self._archiver = self._archiver, None
+        if archiver is not None:
+            archiver.close(wait=True)
+
+    @property
+    def archiver(self) -> LogArchiver:
+        with self._state_lock:
+            if self._archiver is None:
+                self._archiver = LogArchiver(core=self.core, namespace=self.namespace, container=CONTAINER,
+                                             workers=settings.JOBSITE_K8S_LOG_WORKERS,
+                                             refresh_seconds=self.log_refresh)
+            return self._archiver
 
     @property
     def pods_informer(self) -> Informer | None:
@@ -314,10 +344,10 @@ class KubernetesBackend:
 
     def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
         self._delete_attempt(job_id, attempt_number, replicas, force=False, archive=True)
-        with self._state_lock:
-            for rank in range(replicas):
-                name = pod_name(job_id, attempt_number, rank)
-                self._log_fetched.pop(name, None)
+        for rank in range(replicas):
+            name = pod_name(job_id, attempt_number, rank)
+            self.archiver.forget(name)
+            with self._state_lock:
                 self._log_final.discard(name)
 
     def _delete_attempt(self, job_id: int, attempt_number: int, replicas: int, *, force: bool,
@@ -326,9 +356,7 @@ class KubernetesBackend:
         for rank in range(replicas):
             name = pod_name(job_id, attempt_number, rank)
             if archive:
-                # A forced stop repeats every sync while a pod hangs: archive then only as often as a refresh.
-                self.archive_log(job_id=job_id, attempt_number=attempt_number, rank=rank,
-                                 max_age=self.log_refresh if force else 0)
+                self.archive_log(job_id=job_id, attempt_number=attempt_number, rank=rank)
             self._delete(self.core.delete_namespaced_pod, name, grace_period_seconds=grace)
         if replicas > 1:
             self._delete(self.core.delete_namespaced_service, service_name(job_id, attempt_number))
@@ -402,48 +430,30 @@ class KubernetesBackend:
 
     def _keep_log(self, job_id: int, attempt_number: int, rank: int, name: str, pod: dict,
                   obs: ReplicaObservation) -> None:
-        """Refresh the archive of a running replica now and then, and once more when it has ended."""
+        """A running replica's new lines are copied now and then (on the archiver's threads); an ended one's rest
+        once (in the sync's thread, never admission's)."""
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         main = next((c for c in statuses if c.get("name") == CONTAINER), {})
         state = main.get("state") or {}
         started = "running" in state or "terminated" in state or bool(main.get("lastState"))
         if not started:
             return
+        path = self.log_path(job_id=job_id, attempt_number=attempt_number, rank=rank)
+        restarts = main.get("restartCount")
         if "terminated" in state and obs.state == ReplicaState.EXITED:
             with self._state_lock:
                 if name in self._log_final:
                     return
-            if self.archive_log(job_id=job_id, attempt_number=attempt_number, rank=rank):
+            if self.archiver.finish(name, path, restarts=restarts):
                 with self._state_lock:
                     self._log_final.add(name)
             return
-        self.archive_log(job_id=job_id, attempt_number=attempt_number, rank=rank, max_age=self.log_refresh)
+        self.archiver.follow(name, path, restarts=restarts)
 
-    def archive_log(self, *, job_id: int, attempt_number: int, rank: int, max_age: float = 0) -> bool:
-        """Copy a replica's log from the pod log API into its log file. False if there was none to read.
-
-        Skipped when the last copy is younger than ``max_age`` seconds. The archive never shrinks: a shorter
-        log (rotated, or a restarted container's) does not replace a longer one.
-        """
+    def archive_log(self, *, job_id: int, attempt_number: int, rank: int) -> bool:
+        """Copy what is left of a replica's log into its archive (before its pod goes). False if the API failed."""
         name = pod_name(job_id, attempt_number, rank)
-        with self._state_lock:
-            last = self._log_fetched.get(name)
-        if max_age and last is not None and time.monotonic() - last < max_age:
-            return True
-        try:
-            resp = self._call(self.core.read_namespaced_pod_log, name, self.namespace, container=CONTAINER,
-                              _preload_content=False, retries=1)
-        except ApiException as exc:
-            if exc.status not in (400, 404):  # 400: not started yet; 404: no such pod
-                log.warning("reading the log of pod %s failed: %s", name, api_message(exc))
-            return False
-        except KubernetesUnavailable as exc:
-            log.warning("reading the log of pod %s failed: %s", name, exc)
-            return False
-        with self._state_lock:
-            self._log_fetched[name] = time.monotonic()
-        _write_log(self.log_path(job_id=job_id, attempt_number=attempt_number, rank=rank), resp.data or b"")
-        return True
+        return self.archiver.finish(name, self.log_path(job_id=job_id, attempt_number=attempt_number, rank=rank))
 
     # --- events --------------------------------------------------------------------------------------------
 
@@ -526,11 +536,10 @@ class KubernetesBackend:
             if self._delete(self.core.delete_namespaced_service, name):
                 deleted.append(name)
         events = self._events.items() if self._events is not None and self._events.synced.is_set() else None
+        present = {p["metadata"]["name"] for p in pods} - set(deleted)
+        for name in deleted:
+            self.archiver.forget(name)
         with self._state_lock:  # forget what we kept about pods and events that are gone
-            present = {p["metadata"]["name"] for p in pods} - set(deleted)
-            for name in list(self._log_fetched):
-                if name not in present:
-                    self._log_fetched.pop(name, None)
             self._log_final &= present
             if events is not None:
                 ids = {(e.get("metadata") or {}).get("uid") or (e.get("metadata") or {}).get("name") for e in events}
@@ -552,22 +561,3 @@ def _is_job_pod_event(ev: dict) -> bool:
 def _event_time(ev: dict) -> str:
     return str(ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp")
                or (ev.get("metadata") or {}).get("creationTimestamp") or "")
-
-
-def _write_log(path: Path, data: bytes) -> None:
-    try:
-        if path.stat().st_size > len(data):
-            return
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
-            return
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
