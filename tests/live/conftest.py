@@ -66,7 +66,12 @@ def pending(job: Job, position: int = 1, reason: str = "GroupQuota", message: st
 
 
 def admitted(job: Job):
-    """PENDING, then an attempt in PREPARING on the local backend (nothing launched)."""
+    """PENDING, then an attempt in PREPARING on the local backend (nothing launched); the local node recorded as a
+    scheduling pass records it."""
+    from scheduler.backends import get_backend
+    from scheduler.passes import refresh_nodes
+
+    refresh_nodes(get_backend("local"))
     pending(job)
     attempt = services.job_admit(job=Job.objects.get(pk=job.pk), backend="local",
                                  placement=[{"node": "local"} for _ in range(job.replicas)])
