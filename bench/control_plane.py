@@ -34,6 +34,7 @@ os.environ.update(
     DJANGO_SETTINGS_MODULE="jobsite.settings", JOBSITE_SCHEDULER_MODE="inprocess", JOBSITE_BACKEND="kubernetes",
     KUBECONFIG=str(TMP / "kubeconfig"), JOBSITE_K8S_NAMESPACE=NAMESPACE, JOBSITE_LOG_ROOT=str(TMP / "logs"),
     JOBSITE_K8S_LOG_REFRESH_SECONDS="0", JOBSITE_K8S_LOG_WORKERS="8", LOG_LEVEL="WARNING",
+    JOBSITE_PREPARING_TIMEOUT_SECONDS="86400",  # setting up 1,000 pods on the emulator takes minutes
 )
 
 import django  # noqa: E402
@@ -43,6 +44,7 @@ django.setup()
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models import Count  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from jobs import services  # noqa: E402
@@ -119,6 +121,9 @@ def measure(label: str, backend, core, emu, log_kb: int, repeat: int) -> dict:
     served, requests = emu.log_bytes_served, emu.log_requests
     seconds = sync_round(backend)
     running = Job.objects.filter(phase="RUNNING").count()
+    others = dict(Job.objects.exclude(phase__in=["RUNNING", "PENDING"]).values_list("phase").annotate(n=Count("id")))
+    if others:
+        print(f"  (other phases: {others})", flush=True)
     row = {"label": label, "running": running, "pass_ms": statistics.median(passes) * 1000,
            "sync_s": seconds, "log_total_mb": total / 1e6, "round_kb": (emu.log_bytes_served - served) / 1e3,
            "round_requests": emu.log_requests - requests}

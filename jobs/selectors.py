@@ -163,6 +163,8 @@ def nodes_with_usage(backend: str) -> list[NodeUsage]:
     resources have placed on them. Database only: works while the cluster's API is down."""
     nodes = [NodeUsage(n.name, dict(n.allocatable), dict(n.allocatable), None, n.updated_at)
              for n in Node.objects.filter(backend=backend)]
+    if not nodes:
+        return nodes
     by_name = {n.name: n for n in nodes}
     busy_ids: dict[str, set[int]] = defaultdict(set)
     holding = Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"), backend=backend)

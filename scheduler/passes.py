@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs import services
@@ -86,7 +87,9 @@ def snapshot(backend: Backend) -> Snapshot:
             placement=tuple(ReplicaPlacement(p.get("node", ""), tuple(p.get("gpu_ids", [])))
                             for p in (j["current_attempt__placement"] or {}).values()),
         )
-        for j in Job.objects.filter(phase__in=RESOURCE_PHASES).values(
+        # Only what decide() can use: preemptible jobs (victims; over-quota ones are preemptible) and terminating
+        # ones (resources soon free), not every running job.
+        for j in Job.objects.filter(Q(preemptible=True) | Q(phase=Phase.TERMINATING), phase__in=RESOURCE_PHASES).values(
             "id", "name", "group_id", "priority", "preemptible", "replicas", "admitted_at", "gpu", "cpu_millicores",
             "memory_bytes", "over_quota", "phase", "current_attempt__placement",
         )

@@ -95,6 +95,20 @@ def test_the_standby_takes_over_within_15_s_of_a_kill_9_and_runs_new_jobs(submit
         posts = [p for m, p, q, _ in k8s.emu.journal if m == "POST" and p.endswith("/pods")]
         assert len(posts) == 2, posts  # one pod each: nothing launched twice
         assert _phase(first) == Phase.RUNNING  # the running job was not disturbed
+
+        # The new leader's /metrics: leadership, its fresh list, the pods it watches, the admission it made.
+        def figures() -> dict[str, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{b.port}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line and not line.startswith("#")}
+
+        wait_for(lambda: figures().get('jobsite_pods{phase="Running"}') == 2, timeout=30, what="pods by phase")
+        seen = figures()
+        assert seen["jobsite_scheduler_leader"] == 1
+        assert seen['jobsite_informer_relists_total{resource="pods"}'] >= 1
+        assert seen["jobsite_admission_latency_seconds_count"] >= 1
+        assert seen["jobsite_scheduler_pass_seconds_count"] >= 1
     finally:
         a.stop()
         if b is not None:
