@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from django.db import close_old_connections
+from django.db import connections
 
 from .backends.base import Backend
 
@@ -82,11 +82,11 @@ class Actuator:
         self._pool.submit(self._in_thread, key, fn)
 
     def _in_thread(self, key: tuple[str, int], fn: Callable[[], None]) -> None:
-        close_old_connections()
         try:
             self._call(key, fn)
         finally:
-            close_old_connections()
+            # A pool thread's connection is not left behind when the pool goes (cluster calls dwarf reconnecting).
+            connections.close_all()
 
     def _call(self, key: tuple[str, int], fn: Callable[[], None]) -> None:
         try:

@@ -26,7 +26,7 @@ from django.db import close_old_connections, connections
 from jobs.wakeup import CHANNEL, wakeup_event
 
 from . import health, metrics
-from .actuator import install_actuator
+from .actuator import get_actuator, install_actuator
 from .backends import get_backend
 from .leader import Elector, elector_from_settings
 from .passes import schedule_pass
@@ -119,7 +119,9 @@ class SchedulerLoop:
         log.warning("scheduler %s stands by: %s", self.elector.identity, why)
         self.leading.clear()
         getattr(self.backend, "close", lambda: None)()
-        install_actuator(self.backend, 0).shutdown()
+        pooled = get_actuator(self.backend)
+        install_actuator(self.backend, 0)  # no more backend calls from this process until it leads again
+        pooled.shutdown()
 
     # --- work --------------------------------------------------------------------------------------------------
 

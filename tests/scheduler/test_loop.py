@@ -1,0 +1,69 @@
+"""The scheduler loop acts only while its elector says it leads; a standby admits nothing and launches nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from jobs.choices import Phase
+from scheduler import health
+from scheduler.loop import SchedulerLoop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Switch:
+    """An elector whose answer the test sets."""
+
+    identity = "test-scheduler"
+
+    def __init__(self, leading: bool):
+        self.leading = threading.Event()
+        if leading:
+            self.leading.set()
+        self.rounds = 0
+
+    def acquire_or_renew(self) -> bool:
+        self.rounds += 1
+        return self.leading.is_set()
+
+    def release(self) -> None:
+        pass
+
+
+def wait_until(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_standby_does_nothing_until_it_leads(submit, settings):
+    settings.JOBSITE_SCHEDULER_INTERVAL = 0.1
+    settings.JOBSITE_LEADER_RETRY_SECONDS = 0.1
+    job = submit("bob", command="true")
+    elector = Switch(leading=False)
+    loop = SchedulerLoop(elector=elector)
+    loop.start()
+    try:
+        assert wait_until(lambda: elector.rounds >= 5)
+        assert wait_until(lambda: health.seconds_since_beat() is not None)  # a standby still beats (liveness)
+        job.refresh_from_db()
+        assert job.phase == Phase.SUBMITTED and job.attempts.count() == 0
+        assert health.is_leader() is False
+        elector.leading.set()
+        assert wait_until(lambda: job.refresh_from_db() or job.phase == Phase.SUCCEEDED, timeout=30)
+        assert health.is_leader() is True
+        elector.leading.clear()  # lost the lease: stops acting
+        assert wait_until(lambda: not loop.leading.is_set())
+        second = submit("pan", command="true")
+        assert wait_until(lambda: elector.rounds >= 20)
+        second.refresh_from_db()
+        assert second.phase == Phase.SUBMITTED
+    finally:
+        loop.stop()
+        loop.join(10)
