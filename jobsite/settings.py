@@ -174,8 +174,9 @@ JOBSITE_LEADER_ELECTION = env.str("JOBSITE_LEADER_ELECTION", default="")
 JOBSITE_LEADER_LEASE_NAME = env.str("JOBSITE_LEADER_LEASE_NAME", default="jobsite-scheduler")
 # Namespace of the Lease: the scheduler's own (POD_NAMESPACE from the downward API), else the jobs' namespace.
 JOBSITE_LEADER_NAMESPACE = env.str("JOBSITE_LEADER_NAMESPACE", default=env.str("POD_NAMESPACE", default=""))
-# A leader that has not renewed for LEASE_SECONDS is replaced; it renews (and standbys retry) every RETRY_SECONDS.
-JOBSITE_LEADER_LEASE_SECONDS = env.float("JOBSITE_LEADER_LEASE_SECONDS", default=10.0)
+# A leader that has not renewed for LEASE_SECONDS is replaced (a standby takes over at most LEASE + 2 × RETRY
+# seconds after the leader died: 12 s by default); it renews (and standbys retry) every RETRY_SECONDS.
+JOBSITE_LEADER_LEASE_SECONDS = env.float("JOBSITE_LEADER_LEASE_SECONDS", default=8.0)
 JOBSITE_LEADER_RETRY_SECONDS = env.float("JOBSITE_LEADER_RETRY_SECONDS", default=2.0)
 # The scheduler process serves /healthz, /readyz and /metrics on this port (0: off).
 JOBSITE_SCHEDULER_HTTP_PORT = env.int("JOBSITE_SCHEDULER_HTTP_PORT", default=9100)
