@@ -17,7 +17,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Count, F, Min, Sum
+from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -28,6 +28,7 @@ from prometheus_client.exposition import choose_encoder
 
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
 from .models import Group, Job
+from .selectors import held_resources
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def job_figures(now: datetime | None = None) -> JobFigures:
         Job.objects.filter(phase__in=sorted(RESOURCE_PHASES))
         .order_by()
         .values_list("group__name")
-        .annotate(gpu=Sum(F("gpu") * F("replicas")))
+        .annotate(gpu=held_resources()["gpu"])
     )
     for name, gpu in held:
         gpus_held[name] = gpu or 0

@@ -1,15 +1,17 @@
 """Pure rules both the domain and the scheduler use: quota arithmetic, amounts as people read them, backoff delays.
 
-No ORM, no settings, no clock: plain functions of their arguments (the scheduler's decisions are built on them).
+No queries, no settings, no clock: plain functions of their arguments (the scheduler's decisions are built on them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-RESOURCES = ("gpu", "cpu", "memory")
+from .choices import Priority, Resource
 
-PRIORITY_NAMES = {0: "low", 50: "normal", 100: "high"}
+RESOURCES = tuple(Resource.values)
+
+PRIORITY_NAMES = dict(Priority.choices)
 
 
 @dataclass(frozen=True)

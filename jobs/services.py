@@ -493,10 +493,9 @@ def jobs_release_backoff(*, now: datetime | None = None) -> int:
     now = now or timezone.now()
     moved = 0
     for job in Job.objects.filter(phase=Phase.BACKOFF, retry_at__lte=now):
-        try:
-            with transaction.atomic():
-                job_transition(job=job, phase=Phase.PENDING, reason="Retrying", now=now,
-                               message=f"Retrying after {job.message}", retry_at=None)
+        try:  # job_transition is atomic itself: a refused move rolls back alone
+            job_transition(job=job, phase=Phase.PENDING, reason="Retrying", now=now,
+                           message=f"Retrying after {job.message}", retry_at=None)
             moved += 1
         except InvalidTransition:
             continue

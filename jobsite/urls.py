@@ -3,7 +3,6 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from jobs.health import healthz
 from jobs.metrics import metrics_view
 
 urlpatterns = [
@@ -14,6 +13,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("jobs.api.urls")),
     path("metrics", metrics_view, name="metrics"),
-    path("healthz", healthz, name="healthz"),
     path("", include("jobs.urls")),
 ]

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.db import connections
 
 from .backends.base import Backend
+from .launch import attempt_launch, attempt_relaunch
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +46,9 @@ class Actuator:
     # --- calls -----------------------------------------------------------------------------------------------------
 
     def launch(self, job_id: int) -> None:
-        from .passes import attempt_launch
-
         self._run(("launch", job_id), lambda: attempt_launch(job_id, backend=self.backend))
 
     def relaunch(self, job_id: int) -> None:
-        from .passes import attempt_relaunch
-
         self._run(("relaunch", job_id), lambda: attempt_relaunch(job_id, backend=self.backend))
 
     def stop(self, *, attempt_id: int, job_id: int, attempt_number: int, replicas: int, force: bool) -> None:

@@ -31,6 +31,17 @@ log = logging.getLogger(__name__)
 ADVISORY_KEY = 0x6A6F6273  # "jobs"
 
 
+def dedicated_connection(alias: str = "default"):
+    """A psycopg connection of its own (autocommit) to Django's database: for a session lock or LISTEN, which
+    must not share Django's per-thread connection."""
+    import psycopg
+
+    params = connections[alias].get_connection_params()
+    params.pop("cursor_factory", None)
+    params.setdefault("connect_timeout", 10)
+    return psycopg.connect(**params, autocommit=True)
+
+
 def identity() -> str:
     """Who this scheduler is: its pod name in Kubernetes (POD_NAME), else host and process id."""
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
@@ -71,10 +82,7 @@ class AdvisoryLockElector:
         try:
             if self._conn is None or self._conn.closed:
                 self._held = False
-                params = connections[self.alias].get_connection_params()
-                params.pop("cursor_factory", None)
-                params.setdefault("connect_timeout", 10)
-                self._conn = psycopg.connect(**params, autocommit=True)
+                self._conn = dedicated_connection(self.alias)
             if self._held:
                 self._conn.execute("SELECT 1")  # still connected: the lock is still ours
             else:
@@ -98,14 +106,12 @@ class AdvisoryLockElector:
 
 
 class LeaseElector:
-    def __init__(self, coordination, *, name: str, namespace: str, lease_seconds: float, retry_seconds: float,
-                 clock=time.monotonic):
+    def __init__(self, coordination, *, name: str, namespace: str, lease_seconds: float, clock=time.monotonic):
         self.identity = identity()
         self.api = coordination
         self.name = name
         self.namespace = namespace
         self.lease_seconds = lease_seconds
-        self.retry_seconds = retry_seconds
         self.clock = clock
         self._observed: tuple | None = None  # (holder, renewTime, resourceVersion) last seen
         self._observed_at = 0.0
@@ -228,7 +234,6 @@ def elector_from_settings() -> Elector:
             name=settings.JOBSITE_LEADER_LEASE_NAME,
             namespace=settings.JOBSITE_LEADER_NAMESPACE or settings.JOBSITE_K8S_NAMESPACE,
             lease_seconds=settings.JOBSITE_LEADER_LEASE_SECONDS,
-            retry_seconds=settings.JOBSITE_LEADER_RETRY_SECONDS,
         )
     if kind == "advisory":
         return AdvisoryLockElector()

@@ -28,7 +28,7 @@ from jobs.wakeup import CHANNEL, wakeup_event
 from . import health, metrics
 from .actuator import get_actuator, install_actuator
 from .backends import get_backend
-from .leader import Elector, elector_from_settings
+from .leader import Elector, dedicated_connection, elector_from_settings
 from .passes import schedule_pass
 from .sync import housekeeping, sync_jobs
 
@@ -118,10 +118,10 @@ class SchedulerLoop:
     def _stand_by(self, why: str) -> None:
         log.warning("scheduler %s stands by: %s", self.elector.identity, why)
         self.leading.clear()
-        getattr(self.backend, "close", lambda: None)()
         pooled = get_actuator(self.backend)
         install_actuator(self.backend, 0)  # no more backend calls from this process until it leads again
-        pooled.shutdown()
+        pooled.shutdown()  # the calls under way end before the backend's watches and log copies do
+        getattr(self.backend, "close", lambda: None)()
 
     # --- work --------------------------------------------------------------------------------------------------
 
@@ -145,15 +145,13 @@ class SchedulerLoop:
         connections.close_all()
 
     def _admission_round(self) -> None:
-        started = time.monotonic()
-        schedule_pass(backend=self.backend)
-        metrics.PASS_SECONDS.observe(time.monotonic() - started)
+        with metrics.PASS_SECONDS.time():
+            schedule_pass(backend=self.backend)
 
     def _sync_round(self) -> None:
-        started = time.monotonic()
-        sync_jobs(backend=self.backend)
-        housekeeping(backend=self.backend)
-        metrics.SYNC_SECONDS.observe(time.monotonic() - started)
+        with metrics.SYNC_SECONDS.time():
+            sync_jobs(backend=self.backend)
+            housekeeping(backend=self.backend)
         reconcile_orphans = getattr(self.backend, "reconcile", None)
         if reconcile_orphans is not None and time.monotonic() >= self._next_orphan_check:
             self._next_orphan_check = time.monotonic() + settings.JOBSITE_K8S_RESYNC_SECONDS
@@ -170,13 +168,9 @@ class SchedulerLoop:
 
     def _listen(self) -> None:
         """Turn NOTIFYs from other processes (web, admin) into wake-ups."""
-        import psycopg
-
         while not self.stopping.is_set():
             try:
-                params = connections["default"].get_connection_params()
-                params.pop("cursor_factory", None)
-                with psycopg.connect(**params, autocommit=True) as conn:
+                with dedicated_connection() as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     while not self.stopping.is_set():
                         for _ in conn.notifies(timeout=1.0, stop_after=1):

@@ -109,11 +109,6 @@ def register_informer(informer: Any) -> None:
         _informers.append(weakref.ref(informer))
 
 
-def unregister_informer(informer: Any) -> None:
-    with _lock:
-        _informers[:] = [r for r in _informers if r() is not None and r() is not informer]
-
-
 def register_pods_source(fn: Callable[[], Iterable[dict] | None] | None) -> None:
     """The one source of ``jobsite_pods`` (replaces the previous one; None removes it). A bound method is held
     weakly (its object may go away); a plain function is held strongly."""

@@ -46,13 +46,9 @@ class Timing:
 class JobView:
     """What reconcile needs of a job holding resources and of its current attempt."""
 
-    id: int
     phase: str
     status: str = ""
-    reason: str = ""
-    message: str = ""
     job_type: str = JobType.TRAINING
-    termination_target: str = ""
     terminating_since: datetime | None = None
     admitted_at: datetime | None = None
     active_deadline_seconds: int = 86400

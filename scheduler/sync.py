@@ -80,8 +80,7 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
 def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "") -> JobView:
     attempt = job.current_attempt
     return JobView(
-        id=job.pk, phase=job.phase, status=job.status, reason=job.reason, message=job.message,
-        job_type=job.job_type, termination_target=job.termination_target, terminating_since=job.terminating_since,
+        phase=job.phase, status=job.status, job_type=job.job_type, terminating_since=job.terminating_since,
         admitted_at=job.admitted_at, active_deadline_seconds=job.active_deadline_seconds, retry_at=job.retry_at,
         updated_at=job.updated_at, attempt_started_at=attempt.started_at, launched=attempt.launched_at is not None,
         node=attempt.node, restarts=attempt.backend_data.get("restarts", 0), requeues=requeues, stop_sent=stop_sent,
@@ -104,6 +103,8 @@ def sync_job(job: Job, *, backend: Backend, actuator: Actuator | None = None, ti
 def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime) -> None:
     """Perform reconcile's actions: the writes in one transaction, then the backend calls (handed to the actuator,
     which runs them on its pool in the scheduler loop)."""
+    if not actions:  # the usual round of a running job: no transaction at all
+        return
     attempt = job.current_attempt
     calls = []
     with transaction.atomic():
@@ -148,8 +149,12 @@ def housekeeping(*, backend: Backend | None = None, now: datetime | None = None)
     now = now or timezone.now()
     services.jobs_release_backoff(now=now)
     actuator = get_actuator(backend)
-    due = Job.objects.filter(cleaned_at__isnull=True, expires_at__lte=now, phase__in=TERMINAL_PHASES)
-    for job_id in due.values_list("id", flat=True)[:500]:
-        attempts = list(Attempt.objects.filter(job_id=job_id, backend=backend.name).values_list("number", "replicas"))
-        actuator.cleanup(job_id, attempts, lambda job_id=job_id: services.job_mark_cleaned(job_id=job_id,
-                                                                                            now=timezone.now()))
+    due = list(Job.objects.filter(cleaned_at__isnull=True, expires_at__lte=now, phase__in=TERMINAL_PHASES)
+               .values_list("id", flat=True)[:500])
+    attempts: dict[int, list[tuple[int, int]]] = {job_id: [] for job_id in due}
+    for job_id, number, replicas in Attempt.objects.filter(job_id__in=due, backend=backend.name).values_list(
+            "job_id", "number", "replicas"):
+        attempts[job_id].append((number, replicas))
+    for job_id, left in attempts.items():
+        actuator.cleanup(job_id, left, lambda job_id=job_id: services.job_mark_cleaned(job_id=job_id,
+                                                                                        now=timezone.now()))

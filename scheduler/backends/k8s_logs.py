@@ -236,12 +236,6 @@ class LogArchiver:
         if wait or self._pool is None:
             self._api.close()
 
-    def __enter__(self) -> LogArchiver:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     # --- scheduling (under self._lock) -----------------------------------------------------------------------
 
     def _state(self, name: str, path: Path, restarts: int | None) -> _Pod | None:

@@ -28,7 +28,7 @@ def coordination(emulator):
 def elector(coordination, who: str, clock: Clock, monkeypatch) -> LeaseElector:
     monkeypatch.setenv("POD_NAME", who)
     return LeaseElector(coordination, name="jobsite-scheduler", namespace=NAMESPACE, lease_seconds=10,
-                        retry_seconds=2, clock=clock)
+                        clock=clock)
 
 
 def holder(coordination) -> str:

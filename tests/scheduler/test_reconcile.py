@@ -32,7 +32,7 @@ def ago(seconds: float) -> datetime:
 
 
 def job(**kw) -> JobView:
-    base = dict(id=1, phase=Phase.RUNNING, status="Running", admitted_at=ago(60), attempt_started_at=ago(60),
+    base = dict(phase=Phase.RUNNING, status="Running", admitted_at=ago(60), attempt_started_at=ago(60),
                 updated_at=ago(10))
     return JobView(**{**base, **kw})
 

@@ -1,0 +1,89 @@
+"""Starting an admitted attempt's replicas on the backend: its launch spec and environment, the launch itself
+(claimed once in the database, so a retried or repeated call starts nothing twice) and the in-place relaunch of
+interactive jobs. The actuator runs these after the admission has committed, off the admission thread."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+
+from jobs import services
+from jobs.choices import Phase
+from jobs.models import Attempt, Job
+
+from .backends.base import Backend, LaunchError, LaunchReplica, LaunchSpec
+
+
+def attempt_launch(job_id: int, *, backend: Backend) -> None:
+    """Start the processes/pods of a job's current attempt. Runs after the admission has committed."""
+    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type").get(pk=job_id)
+    attempt = job.current_attempt
+    if job.phase != Phase.PREPARING or attempt is None:
+        return
+    # Claim the launch: exactly one caller (the pass's after-commit hook or a later sync) starts it.
+    if not services.attempt_claim_launch(attempt=attempt):
+        return
+    spec = launch_spec(job, attempt)
+    try:
+        data = backend.launch(spec)
+    except LaunchError as exc:
+        with transaction.atomic():
+            services.job_transition(job=job, phase=Phase.FAILED, status="Fail", reason="ContainerCannotRun",
+                                    message=str(exc))
+        return
+    services.attempt_record_launch(attempt=attempt, backend_data=data or {})
+    with transaction.atomic():
+        services.event_record(job=job, attempt=attempt, reason="Started",
+                              message=f"Started {attempt.replicas} replica(s)"
+                              + (f" on {attempt.node}" if attempt.node else ""))
+
+
+def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
+    return LaunchSpec(
+        job_id=job.pk,
+        attempt_id=attempt.pk,
+        attempt_number=attempt.number,
+        command=job.command,
+        image=job.image_url,
+        replicas=[
+            LaunchReplica(
+                rank=rank,
+                node=attempt.placement.get(str(rank), {}).get("node", ""),
+                gpu_ids=tuple(attempt.placement.get(str(rank), {}).get("gpu_ids", [])),
+                env=replica_env(job, attempt.number, rank),
+            )
+            for rank in range(attempt.replicas)
+        ],
+        job_name=job.name,
+        job_type=job.job_type,
+        user=job.user.get_username(),
+        group=job.group.name,
+        group_volume=job.group.volume_path,
+        request={str(k): v for k, v in job.request.items()},
+        node_selector=dict(job.instance_type.node_selector or {}),
+        tolerations=list(job.instance_type.tolerations or []),
+        deadline=job.admitted_at and job.admitted_at + timedelta(seconds=job.active_deadline_seconds),
+    )
+
+
+def attempt_relaunch(job_id: int, *, backend: Backend) -> None:
+    """Start the replicas of the current attempt again, in place (interactive jobs)."""
+    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type").get(pk=job_id)
+    if job.phase == Phase.RUNNING and job.current_attempt is not None:
+        backend.launch(launch_spec(job, job.current_attempt))
+
+
+def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:
+    gpu_ids = (job.current_attempt.placement.get(str(rank), {}) if job.current_attempt else {}).get("gpu_ids", [])
+    return {
+        **{k: str(v) for k, v in job.env.items()},
+        "JOB_ID": str(job.pk),
+        "JOB_NAME": job.name,
+        "JOB_USER": job.user.get_username(),
+        "JOB_GROUP": job.group.name,
+        "JOB_ATTEMPT": str(attempt_number),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(job.replicas),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
+    }
