@@ -213,6 +213,9 @@ class Attempt(models.Model):
     running_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True, help_text="Left TERMINATING or ended.")
     exit_code = models.IntegerField(null=True, blank=True)
+    failed_rank = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The first replica that failed; the attempt's exit code is its."
+    )
     outcome = models.CharField(max_length=60, blank=True)
     gpu_seconds = models.FloatField(default=0)
 

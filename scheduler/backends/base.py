@@ -30,6 +30,8 @@ class ReplicaObservation:
     # Its object still exists on the cluster and holds its node's resources until it is deleted (a pod, even one
     # whose container ended). A local process that exited holds nothing: False.
     present: bool = False
+    # When it ended (EXITED), as the backend saw it: the first failing replica of an attempt is the earliest.
+    finished_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def _observe(pod: dict, rank: int, name: str, now: datetime, grace: float) -> Re
                                       message=f"exited with code {code}; restarting")
         shown = "OOMKilled" if reason == "OOMKilled" else pod_reason if pod_reason == "DeadlineExceeded" else ""
         return ReplicaObservation(rank, S.EXITED, exit_code=1 if code is None else code, status=shown,
-                                  message=message or pod_message)
+                                  message=message or pod_message, finished_at=parse_time(terminated.get("finishedAt")))
 
     if waiting is not None:
         reason = waiting.get("reason") or ""

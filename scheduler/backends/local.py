@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
@@ -40,6 +41,16 @@ def detect_gpus() -> int | None:
         return None
     count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
     return count or None
+
+
+def _exited(rank: int, exit_file: Path) -> ReplicaObservation | None:
+    """The replica's end from the exit code its supervisor wrote (atomically), timed by the file; None: not yet."""
+    try:
+        code = int(exit_file.read_text().strip() or 1)
+        finished = datetime.fromtimestamp(exit_file.stat().st_mtime, tz=UTC)
+    except FileNotFoundError:
+        return None
+    return ReplicaObservation(rank, ReplicaState.EXITED, exit_code=code, finished_at=finished)
 
 
 class LocalBackend:
@@ -129,14 +140,13 @@ class LocalBackend:
         for rank in range(replicas):
             _, state, _ = self._dirs(job_id, attempt_number, rank)
             exit_file = state / "exit_code"
-            if exit_file.exists():
-                code = int(exit_file.read_text().strip() or 1)
-                result.append(ReplicaObservation(rank, ReplicaState.EXITED, exit_code=code))
+            if (ended := _exited(rank, exit_file)) is not None:
+                result.append(ended)
             elif self._runner(state) is not None:
                 running = (state / "child.pid").exists()
                 result.append(ReplicaObservation(rank, ReplicaState.RUNNING if running else ReplicaState.STARTING))
-            elif exit_file.exists():  # it ended between the two checks
-                result.append(ReplicaObservation(rank, ReplicaState.EXITED, exit_code=int(exit_file.read_text())))
+            elif (ended := _exited(rank, exit_file)) is not None:  # it ended between the two checks
+                result.append(ended)
             elif not (state / "runner.pid").exists():
                 result.append(ReplicaObservation(rank, ReplicaState.STARTING))
             else:
