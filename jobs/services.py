@@ -373,7 +373,8 @@ def job_cancel(*, job: Job, by: AbstractBaseUser, stop: bool = False) -> Job:
     else:
         reason, message = "CancelledByUser", f"Cancelled by {who}"
     if job.phase == Phase.TERMINATING:
-        if job.termination_target in (Phase.PENDING, Phase.PREEMPTED):  # being preempted: end it instead
+        # Being preempted, or a failed attempt being stopped before its retry: end it instead.
+        if job.termination_target in (Phase.PENDING, Phase.PREEMPTED, Phase.BACKOFF):
             return job_transition(job=job, phase=Phase.TERMINATING, reason=reason, message=message,
                                   termination_target=Phase.CANCELLED)
         return job
@@ -461,6 +462,8 @@ def job_retry_or_fail(*, job: Job, exit_code: int | None, reason: str, message: 
             message=f"{message}; retry {failures}/{job.backoff_limit} in {delay} s",
             retry_at=now + timedelta(seconds=delay),
         )
+    if job.job_type == JobType.TRAINING and reason == "Error" and job.backoff_limit:
+        message += f"; no retries left (backoff limit {job.backoff_limit})"
     return job_transition(job=job, phase=Phase.FAILED, status="Fail", reason=reason, message=message,
                           exit_code=exit_code, now=now)
 
@@ -478,6 +481,13 @@ def attempt_record_launch(*, attempt: Attempt, backend_data: dict[str, Any]) -> 
     """Keep what the backend needs to find the attempt's processes or pods again."""
     attempt.backend_data = backend_data
     Attempt.objects.filter(pk=attempt.pk).update(backend_data=backend_data)
+
+
+def attempt_record_failure(*, attempt: Attempt, rank: int) -> None:
+    """Remember the replica that failed the attempt (the first to fail): its log is the one to read."""
+    if attempt.failed_rank is None:
+        attempt.failed_rank = rank
+        Attempt.objects.filter(pk=attempt.pk, failed_rank__isnull=True).update(failed_rank=rank)
 
 
 def attempt_count_restart(*, attempt: Attempt) -> int:

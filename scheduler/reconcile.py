@@ -14,14 +14,19 @@ The rules, in order (DESIGN.md §2–3):
   force-stopped and the job is requeued without spending its backoff;
 - a replica that cannot run at all fails the job (no retry);
 - interactive jobs restart in place (CrashLoopBackOff, growing delay) when all replicas ended;
-- all replicas ended: success when every one exited 0, else retry or fail with the first failing one's exit code;
-- one replica of a training job failed while others run: the attempt failed, the others are stopped;
+- one attempt, one fate (``attempt_fate``): an attempt succeeded only when every replica exited 0; it failed as
+  soon as one replica exited non-zero, with the exit code of the first one that did (the earliest to end, lowest
+  rank on a tie). A failed training attempt is retried (BACKOFF) while the backoff limit allows, whatever the
+  timing: replicas still running are stopped first and the retry decided once they are gone;
 - past the active deadline: TIMED_OUT; all replicas running: RUNNING; still preparing past the timeout: requeued
-  (growing delay) or, past the requeue limit, FAILED; otherwise the finer status the backend shows.
+  whole (growing delay) or, past the requeue limit, FAILED; otherwise the status of the slowest replica
+  (``attempt_status``: Pending until every replica is placed, Init:done/total over all replicas, ...).
 """
 
 from __future__ import annotations
 
+import re
+import signal
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -48,6 +53,7 @@ class JobView:
 
     phase: str
     status: str = ""
+    message: str = ""
     job_type: str = JobType.TRAINING
     terminating_since: datetime | None = None
     admitted_at: datetime | None = None
@@ -60,6 +66,10 @@ class JobView:
     restarts: int = 0  # in-place restarts of the attempt so far
     requeues: int = 0  # attempts of the job requeued so far
     stop_sent: str = ""  # "", "graceful" or "forced": what the scheduler already asked of the backend
+    attempt_number: int = 1
+    termination_target: str = ""  # TERMINATING: the phase it ends in (BACKOFF: retry or fail once stopped)
+    exit_code: int | None = None  # TERMINATING a failed attempt: the first failing replica's code
+    failed_rank: int | None = None  # ... and its rank
 
 
 # --- actions -------------------------------------------------------------------------------------------------
@@ -98,12 +108,15 @@ class Transition:
 
 @dataclass(frozen=True)
 class Terminate:
-    """Start stopping the attempt; the job ends in ``target`` once its replicas are gone."""
+    """Start stopping the attempt; the job ends in ``target`` once its replicas are gone (BACKOFF: retried while
+    its backoff limit allows, else FAILED). ``failed_rank``/``exit_code``: the replica that failed the attempt."""
 
     target: str
     reason: str
     message: str
     retry_at: datetime | None = None
+    exit_code: int | None = None
+    failed_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,7 @@ class RetryOrFail:
 
     exit_code: int | None
     message: str
+    failed_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,30 @@ class FinishTermination:
 Action = Launch | Stop | Relaunch | CountRestart | Transition | Terminate | RetryOrFail | FinishTermination
 
 ENDED = frozenset({S.EXITED, S.LOST})
+STOPPING_OTHERS = "; stopping the other replicas"
+
+
+@dataclass(frozen=True)
+class Fate:
+    """What the replicas of an attempt say about it: ``succeeded``, ``failed`` (by ``rank``'s exit) or neither."""
+
+    succeeded: bool = False
+    failed: bool = False
+    rank: int | None = None
+    exit_code: int | None = None
+    message: str = ""
+
+
+def attempt_fate(seen: list[ReplicaObservation]) -> Fate:
+    """One attempt, one fate: succeeded only when every replica exited 0; failed from the moment one exited
+    non-zero, by the first one that did (earliest end, then lowest rank), whatever the others do afterwards."""
+    failed = [o for o in seen if o.state == S.EXITED and o.exit_code != 0]
+    if failed:
+        first = min(failed, key=lambda o: (o.finished_at is None, o.finished_at or datetime.min, o.rank))
+        return Fate(failed=True, rank=first.rank, exit_code=first.exit_code, message=exit_message(first, len(seen)))
+    if seen and all(o.state == S.EXITED for o in seen):
+        return Fate(succeeded=True, exit_code=0)
+    return Fate()
 
 
 def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> list[Action]:
@@ -132,7 +170,6 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
 
     states = {o.state for o in seen}
     ended = [o for o in seen if o.state in ENDED]
-    failed = [o for o in seen if o.state == S.EXITED and o.exit_code != 0]
 
     lost = [o for o in seen if o.state == S.LOST]
     if lost:
@@ -147,16 +184,21 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
         return []
     broken = next((o for o in seen if o.state == S.FAILED), None)
     if broken:  # cannot run at all (bad image, ...): stop the rest, no retry
-        return [Terminate(Phase.FAILED, broken.reason or "ContainerCannotRun", broken.message or broken.status)]
+        return [Terminate(Phase.FAILED, broken.reason or "ContainerCannotRun", broken.message or broken.status,
+                          failed_rank=broken.rank)]
     if job.job_type == JobType.INTERACTIVE and seen and len(ended) == len(seen):
         return _restart_in_place(job, seen, now)
-    if seen and len(ended) == len(seen):
-        if failed:
-            return [RetryOrFail(failed[0].exit_code, exit_message(failed[0], len(seen)))]
+    fate = attempt_fate(seen)
+    if fate.succeeded:
         return [Transition(Phase.SUCCEEDED, reason="Completed", fields={"exit_code": 0},
                            message="All replicas exited with code 0" if len(seen) > 1 else "Exited with code 0")]
-    if failed and job.job_type == JobType.TRAINING:  # one replica failed, others run: the attempt failed
-        return [Terminate(Phase.FAILED, "Error", exit_message(failed[0], len(seen)) + "; stopping the other replicas")]
+    if fate.failed and job.job_type == JobType.TRAINING:
+        message = f"Attempt {job.attempt_number} failed: {fate.message}"
+        if len(ended) == len(seen):
+            return [RetryOrFail(fate.exit_code, message, failed_rank=fate.rank)]
+        # The others may run on for ever (a collective waiting on the dead rank): stop them, then retry or fail.
+        return [Terminate(Phase.BACKOFF, "Error", message + STOPPING_OTHERS, exit_code=fate.exit_code,
+                          failed_rank=fate.rank)]
     if job.admitted_at and now >= job.admitted_at + timedelta(seconds=job.active_deadline_seconds):
         return [Terminate(Phase.TIMED_OUT, "DeadlineExceeded", f"Ran past its deadline of "
                                                               f"{job.active_deadline_seconds} s")]
@@ -166,15 +208,50 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
     stuck_for = now - (job.attempt_started_at or now)
     if job.phase == Phase.PREPARING and stuck_for > timedelta(seconds=timing.preparing_timeout):
         return [_requeue(job, int(stuck_for.total_seconds()), now, timing)]
-    # Same phase, finer status from the backend (ErrImagePull, Init:1/2, CrashLoopBackOff, ...).
-    shown = next((o for o in seen if o.status), None)
+    # Same phase, the finer status of the slowest replica (ErrImagePull, Pending, Init:1/4, CrashLoopBackOff, ...).
+    shown = attempt_status(seen)
     if shown and shown.status != job.status:
         return [Transition(job.phase, status=shown.status, reason=shown.reason, message=shown.message)]
     return []
 
 
+INIT = re.compile(r"^Init:(\d+)/(\d+)$")
+# How far a replica that is not running yet has got, slowest first; any other status (ErrImagePull,
+# CrashLoopBackOff, Init:Error, Terminating, ...) explains a wait and is shown before these.
+PROGRESS = ("Pending", "Init", "PodInitializing", "ContainerCreating")
+
+
+def attempt_status(seen: list[ReplicaObservation]) -> ReplicaObservation | None:
+    """The status the job shows while its replicas differ: the slowest replica's, as Run:ai shows a distributed job.
+
+    A problem any replica has comes first; then Pending (not placed) until every replica is; then Init:done/total
+    counted over every replica's init containers; then ContainerCreating until every replica runs.
+    """
+    shown = [o for o in seen if o.status]
+    if not shown:
+        return None
+    problem = next((o for o in shown if _progress(o.status) is None), None)
+    if problem is not None:
+        return problem
+    slowest = min(shown, key=lambda o: _progress(o.status))
+    inits = [INIT.match(o.status) for o in shown]
+    if PROGRESS[_progress(slowest.status)] == "Init":
+        per_replica = max(int(m.group(2)) for m in inits if m)
+        done = sum(int(m.group(1)) if m else per_replica for m in inits) + per_replica * (len(seen) - len(shown))
+        return ReplicaObservation(slowest.rank, slowest.state, status=f"Init:{done}/{per_replica * len(seen)}",
+                                  message=slowest.message)
+    return slowest
+
+
+def _progress(status: str) -> int | None:
+    name = "Init" if INIT.match(status) else status
+    return PROGRESS.index(name) if name in PROGRESS else None
+
+
 def _terminating(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> list[Action]:
     if all(o.state in ENDED and not o.present for o in seen):
+        if job.termination_target == Phase.BACKOFF:  # a failed attempt, now stopped: its first failure decides
+            return [RetryOrFail(job.exit_code, job.message.removesuffix(STOPPING_OTHERS), failed_rank=job.failed_rank)]
         codes = [o.exit_code for o in seen if o.exit_code is not None]
         return [FinishTermination(next((c for c in codes if c != 0), codes[0] if codes else None))]
     if not job.stop_sent:
@@ -203,7 +280,7 @@ def _restart_in_place(job: JobView, seen: list[ReplicaObservation], now: datetim
     return [CountRestart(),
             Transition(Phase.RUNNING, status="CrashLoopBackOff", reason="CrashLoopBackOff",
                        fields={"exit_code": worst.exit_code, "retry_at": now + timedelta(seconds=delay)},
-                       message=f"{exit_message(worst, len(seen))}; restart #{restarts} in {delay} s")]
+                       message=f"{capitalized(exit_message(worst, len(seen)))}; restart #{restarts} in {delay} s")]
 
 
 def _requeue(job: JobView, stuck_seconds: int, now: datetime, timing: Timing) -> Terminate:
@@ -218,5 +295,16 @@ def _requeue(job: JobView, stuck_seconds: int, now: datetime, timing: Timing) ->
 
 
 def exit_message(o: ReplicaObservation, replicas: int) -> str:
-    who = f"Replica {o.rank}" if replicas > 1 else "The command"
-    return f"{who} exited with code {o.exit_code}" + (f" ({o.status})" if o.status else "")
+    """"rank 1 exited with code 137 (killed by SIGKILL)", "the command exited with code 3 (Error)"."""
+    who = f"rank {o.rank}" if replicas > 1 else "the command"
+    notes = [o.status] if o.status else []
+    if o.exit_code is not None and 128 < o.exit_code < 128 + signal.NSIG:
+        try:
+            notes.append(f"killed by {signal.Signals(o.exit_code - 128).name}")
+        except ValueError:
+            pass
+    return f"{who} exited with code {o.exit_code}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -80,10 +80,13 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
 def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "") -> JobView:
     attempt = job.current_attempt
     return JobView(
-        phase=job.phase, status=job.status, job_type=job.job_type, terminating_since=job.terminating_since,
-        admitted_at=job.admitted_at, active_deadline_seconds=job.active_deadline_seconds, retry_at=job.retry_at,
+        phase=job.phase, status=job.status, message=job.message, job_type=job.job_type,
+        terminating_since=job.terminating_since, admitted_at=job.admitted_at,
+        active_deadline_seconds=job.active_deadline_seconds, retry_at=job.retry_at,
         updated_at=job.updated_at, attempt_started_at=attempt.started_at, launched=attempt.launched_at is not None,
         node=attempt.node, restarts=attempt.backend_data.get("restarts", 0), requeues=requeues, stop_sent=stop_sent,
+        attempt_number=attempt.number, termination_target=job.termination_target, exit_code=job.exit_code,
+        failed_rank=attempt.failed_rank,
     )
 
 
@@ -126,9 +129,14 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                                             **action.fields)
                 case Terminate():
                     extra = {"retry_at": action.retry_at} if action.retry_at else {}
+                    if action.failed_rank is not None:
+                        services.attempt_record_failure(attempt=attempt, rank=action.failed_rank)
+                        extra["exit_code"] = action.exit_code
                     services.job_terminate(job=job, target=action.target, reason=action.reason,
                                            message=action.message, now=now, **extra)
                 case RetryOrFail():
+                    if action.failed_rank is not None:
+                        services.attempt_record_failure(attempt=attempt, rank=action.failed_rank)
                     services.job_retry_or_fail(job=job, exit_code=action.exit_code, reason="Error",
                                                message=action.message, now=now)
                 case FinishTermination():

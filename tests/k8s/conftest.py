@@ -107,13 +107,24 @@ class Kubelet:
             {"name": "main", **IMAGE, "ready": True, "restartCount": 0,
              "state": {"running": {"startedAt": iso(datetime.now(UTC))}}}]})
 
-    def exited(self, name: str, code: int = 0, reason: str | None = None) -> None:
+    def exited(self, name: str, code: int = 0, reason: str | None = None, finished_at: datetime | None = None) -> None:
         self.patch(name, {**self._base(name, "Succeeded" if code == 0 else "Failed"), "containerStatuses": [
             {"name": "main", **IMAGE, "ready": False, "restartCount": 0, "state": {"terminated": {
                 "exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"),
-                "finishedAt": iso(datetime.now(UTC))}}}]})
+                "finishedAt": iso(finished_at or datetime.now(UTC))}}}]})
 
 
 @pytest.fixture
 def kubelet(core) -> Kubelet:
     return Kubelet(core)
+
+
+@pytest.fixture
+def run_hooks(django_capture_on_commit_callbacks):
+    """Run after-commit side effects (launch, stop) as production does, inside the test transaction."""
+
+    def run(fn, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return run

@@ -31,17 +31,6 @@ def _k8s(k8s):
     return k8s
 
 
-@pytest.fixture
-def run_hooks(django_capture_on_commit_callbacks):
-    """Run after-commit side effects (launch, stop) as production does, inside the test transaction."""
-
-    def run(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
-
-
 def backend() -> KubernetesBackend:
     b = get_backend()
     assert isinstance(b, KubernetesBackend)

@@ -224,3 +224,58 @@ def test_two_concurrent_passes_never_over_commit(submit):
     phases = sorted(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("phase", flat=True))
     assert phases == [Phase.PENDING, Phase.PREPARING, Phase.PREPARING]
 
+
+
+# --- one attempt, one fate: a failed rank fails the attempt, which is retried whatever the timing -----------------
+
+
+def run_attempts(job, attempts):
+    """Run ``job`` through ``attempts`` failed attempts (moving the clock past each backoff) to its end."""
+    for _ in range(attempts - 1):
+        run_until(job, {Phase.BACKOFF, Phase.FAILED, Phase.SUCCEEDED})
+        assert job.phase == Phase.BACKOFF, (job.phase, job.message)
+        housekeeping(now=job.retry_at + timedelta(seconds=1))
+    return run_until(job, {Phase.FAILED, Phase.SUCCEEDED})
+
+
+def replica_pids(job, replicas=2):
+    attempts = job.attempts.values_list("number", flat=True)
+    return [runner_pid(job, attempt=a, rank=r) for a in attempts for r in range(replicas)]
+
+
+@pytest.mark.parametrize("label, command, code, rank, note", [
+    ("one rank fails early while the other runs",
+     'if [ "$RANK" = 1 ]; then exit 5; fi; sleep 600', 5, 1, ""),
+    ("one rank fails after the other succeeded",
+     'if [ "$RANK" = 0 ]; then touch "$FLAGS/r0-$JOB_ATTEMPT"; exit 0; fi; '
+     'until [ -e "$FLAGS/r0-$JOB_ATTEMPT" ]; do sleep 0.05; done; exit 5', 5, 1, ""),
+    ("one rank is killed by a signal",
+     'if [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 600', 137, 1, " (killed by SIGKILL)"),
+])
+def test_a_failed_rank_fails_the_attempt_which_is_retried(submit, tmp_path, label, command, code, rank, note):
+    job = submit("bob", replicas=2, backoff_limit=2, command=command, env={"FLAGS": str(tmp_path)})
+    run_attempts(job, 3)
+    assert (job.phase, job.status, job.reason, job.exit_code) == (Phase.FAILED, "Fail", "Error", code)
+    assert job.message == (f"Attempt 3 failed: rank {rank} exited with code {code}{note}; "
+                           f"no retries left (backoff limit 2)")
+    attempts = list(job.attempts.order_by("number"))
+    assert [(a.outcome, a.exit_code, a.failed_rank) for a in attempts] == [("Error", code, rank)] * 3
+    retries = list(job.events.filter(reason="Error").values_list("message", flat=True))
+    assert f"Attempt 1 failed: rank {rank} exited with code {code}{note}; retry 1/2 in 10 s" in retries
+    assert not any(alive(pid) for pid in replica_pids(job))  # the healthy rank was stopped each time
+
+
+def test_ranks_failing_together_fail_the_attempt_once(submit):
+    job = submit("bob", replicas=3, backoff_limit=1, command="exit 7")
+    run_attempts(job, 2)
+    assert (job.phase, job.exit_code, job.attempts.count()) == (Phase.FAILED, 7, 2)
+    attempt = job.attempts.get(number=2)
+    assert attempt.failed_rank in (0, 1, 2)
+    assert job.message.startswith(f"Attempt 2 failed: rank {attempt.failed_rank} exited with code 7")
+
+
+def test_every_rank_exiting_0_succeeds(submit):
+    job = submit("bob", replicas=2, backoff_limit=2, command='sleep "0.$RANK"; exit 0')
+    run_until(job, {Phase.SUCCEEDED, Phase.FAILED, Phase.BACKOFF})
+    assert (job.phase, job.exit_code, job.message) == (Phase.SUCCEEDED, 0, "All replicas exited with code 0")
+    assert job.attempts.get().failed_rank is None

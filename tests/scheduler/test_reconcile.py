@@ -10,6 +10,7 @@ from jobs.choices import JobType, Phase
 from scheduler.backends.base import ReplicaObservation, ReplicaState
 from scheduler.reconcile import (
     CountRestart,
+    Fate,
     FinishTermination,
     JobView,
     Launch,
@@ -19,6 +20,7 @@ from scheduler.reconcile import (
     Terminate,
     Timing,
     Transition,
+    attempt_fate,
     reconcile,
 )
 
@@ -59,6 +61,22 @@ CASES = [
     ("finer status shown", job(phase=Phase.PREPARING, status="ContainerCreating"),
      [r(0, S.STARTING, status="ErrImagePull", message="pull failed")],
      [Transition(Phase.PREPARING, status="ErrImagePull", message="pull failed")]),
+    # --- the status of the slowest replica ---
+    ("one rank running, one not placed: Pending", job(phase=Phase.PREPARING, status="ContainerCreating"),
+     [r(0), r(1, S.STARTING, status="Pending", message="0/4 nodes are available")],
+     [Transition(Phase.PREPARING, status="Pending", message="0/4 nodes are available")]),
+    ("one rank creating, one running: ContainerCreating", job(phase=Phase.PREPARING, status="Pending"),
+     [r(0, S.STARTING, status="ContainerCreating"), r(1)],
+     [Transition(Phase.PREPARING, status="ContainerCreating")]),
+    ("init containers counted over every replica", job(phase=Phase.PREPARING, status="Pending"),
+     [r(0, S.STARTING, status="Init:1/2"), r(1, S.STARTING, status="ContainerCreating"),
+      r(2, S.STARTING, status="Init:0/2")],
+     [Transition(Phase.PREPARING, status="Init:3/6")]),
+    ("a problem on any rank comes first", job(phase=Phase.PREPARING, status="Init:1/4"),
+     [r(0, S.STARTING, status="Init:1/2"), r(1, S.STARTING, status="ImagePullBackOff", message="back-off")],
+     [Transition(Phase.PREPARING, status="ImagePullBackOff", message="back-off")]),
+    ("slowest unchanged: nothing", job(phase=Phase.PREPARING, status="Pending"),
+     [r(0, S.STARTING, status="Pending"), r(1, S.STARTING, status="Init:0/1")], []),
     ("preparing past the timeout: requeued with a delay",
      job(phase=Phase.PREPARING, status="ContainerCreating", attempt_started_at=ago(200), requeues=1),
      [r(0, S.STARTING, status="ContainerCreating")],
@@ -77,16 +95,44 @@ CASES = [
     ("single replica exited 0", job(), [exited(0)],
      [Transition(Phase.SUCCEEDED, reason="Completed", message="Exited with code 0", fields={"exit_code": 0})]),
     ("exited non-zero: retry or fail with its code", job(), [exited(0, 3, status="Error")],
-     [RetryOrFail(3, "The command exited with code 3 (Error)")]),
-    ("both ranks failed: the first failing rank's code", job(), [exited(0, 0), exited(1, 5), exited(2, 7)],
-     [RetryOrFail(5, "Replica 1 exited with code 5")]),
-    ("one rank failed while others run: the attempt failed, the rest stopped", job(), [r(0), exited(1, 5)],
-     [Terminate(Phase.FAILED, "Error", "Replica 1 exited with code 5; stopping the other replicas")]),
+     [RetryOrFail(3, "Attempt 1 failed: the command exited with code 3 (Error)", failed_rank=0)]),
+    # --- one attempt, one fate: the first failing rank decides, whatever the timing ---
+    ("one rank failed early while the other runs: stop it, then retry", job(attempt_number=2),
+     [r(0), exited(1, 5, finished_at=ago(1))],
+     [Terminate(Phase.BACKOFF, "Error", "Attempt 2 failed: rank 1 exited with code 5; stopping the other replicas",
+                exit_code=5, failed_rank=1)]),
+    ("one rank failed while the other is still starting: same", job(phase=Phase.PREPARING),
+     [r(0, S.STARTING, status="ContainerCreating"), exited(1, 5)],
+     [Terminate(Phase.BACKOFF, "Error", "Attempt 1 failed: rank 1 exited with code 5; stopping the other replicas",
+                exit_code=5, failed_rank=1)]),
+    ("all failed together (same instant): the lowest rank", job(),
+     [exited(0, 1, finished_at=ago(2)), exited(1, 5, finished_at=ago(2)), exited(2, 7, finished_at=ago(2))],
+     [RetryOrFail(1, "Attempt 1 failed: rank 0 exited with code 1", failed_rank=0)]),
+    ("all failed, rank 2 first: rank 2's code", job(),
+     [exited(0, 1, finished_at=ago(1)), exited(1, 5, finished_at=ago(2)), exited(2, 7, finished_at=ago(3))],
+     [RetryOrFail(7, "Attempt 1 failed: rank 2 exited with code 7", failed_rank=2)]),
+    ("one failed after the others succeeded", job(),
+     [exited(0, 0, finished_at=ago(9)), exited(1, 5, finished_at=ago(1)), exited(2, 0, finished_at=ago(8))],
+     [RetryOrFail(5, "Attempt 1 failed: rank 1 exited with code 5", failed_rank=1)]),
+    ("one killed by a signal: named", job(), [r(0), exited(1, 137)],
+     [Terminate(Phase.BACKOFF, "Error", "Attempt 1 failed: rank 1 exited with code 137 (killed by SIGKILL); "
+                                        "stopping the other replicas", exit_code=137, failed_rank=1)]),
+    ("a failed attempt, the others stopped: retry or fail with the first failure's code, not theirs (143)",
+     job(phase=Phase.TERMINATING, termination_target=Phase.BACKOFF, stop_sent="graceful", exit_code=5,
+         failed_rank=1, message="Attempt 1 failed: rank 1 exited with code 5; stopping the other replicas"),
+     [exited(0, 143, finished_at=ago(1)), exited(1, 5, finished_at=ago(5))],
+     [RetryOrFail(5, "Attempt 1 failed: rank 1 exited with code 5", failed_rank=1)]),
+    ("a failed attempt, others still stopping: wait",
+     job(phase=Phase.TERMINATING, termination_target=Phase.BACKOFF, stop_sent="graceful", exit_code=5,
+         failed_rank=1, terminating_since=ago(3)),
+     [r(0, present=True, status="Terminating"), exited(1, 5)], []),
+    ("interactive: one replica failed, others run: nothing yet (restarted when all end)",
+     job(job_type=JobType.INTERACTIVE), [r(0), exited(1, 5)], []),
     ("cannot run at all (bad image): FAILED without retry", job(phase=Phase.PREPARING),
      [r(0, S.FAILED, status="ErrImagePull", reason="FailedImagePull", message="no such image")],
-     [Terminate(Phase.FAILED, "FailedImagePull", "no such image")]),
+     [Terminate(Phase.FAILED, "FailedImagePull", "no such image", failed_rank=0)]),
     ("evicted", job(), [r(0, S.FAILED, status="Evicted", reason="Evicted", message="evicted from gpu-a")],
-     [Terminate(Phase.FAILED, "Evicted", "evicted from gpu-a")]),
+     [Terminate(Phase.FAILED, "Evicted", "evicted from gpu-a", failed_rank=0)]),
     # --- interactive ---
     ("interactive ended: CrashLoopBackOff with a delay", job(job_type=JobType.INTERACTIVE), [exited(0, 2)],
      [CountRestart(), Transition(Phase.RUNNING, status="CrashLoopBackOff", reason="CrashLoopBackOff",
@@ -141,3 +187,25 @@ CASES = [
 @pytest.mark.parametrize("view, seen, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_reconcile(view, seen, expected):
     assert reconcile(view, seen, NOW, TIMING) == expected
+
+
+FATES = [
+    ("nothing ended", [r(0), r(1)], Fate()),
+    ("some exited 0, one running", [exited(0), r(1)], Fate()),
+    ("every one exited 0", [exited(0), exited(1)], Fate(succeeded=True, exit_code=0)),
+    ("one failed, the rest running", [r(0), exited(1, 5)],
+     Fate(failed=True, rank=1, exit_code=5, message="rank 1 exited with code 5")),
+    ("the earliest failure wins over the lowest rank",
+     [exited(0, 143, finished_at=ago(1)), exited(1, 5, finished_at=ago(2))],
+     Fate(failed=True, rank=1, exit_code=5, message="rank 1 exited with code 5")),
+    ("a failure with a time before one without", [exited(0, 2), exited(1, 3, finished_at=ago(1))],
+     Fate(failed=True, rank=1, exit_code=3, message="rank 1 exited with code 3")),
+    ("single replica", [exited(0, 9)],
+     Fate(failed=True, rank=0, exit_code=9, message="the command exited with code 9")),
+    ("no replicas seen", [], Fate()),
+]
+
+
+@pytest.mark.parametrize("seen, expected", [c[1:] for c in FATES], ids=[c[0] for c in FATES])
+def test_attempt_fate(seen, expected):
+    assert attempt_fate(seen) == expected
