@@ -204,6 +204,13 @@ JOBSITE_K8S_DEFAULT_AFFINITY = env.json("JOBSITE_K8S_DEFAULT_AFFINITY", default=
 JOBSITE_K8S_DATASETS = env.json("JOBSITE_K8S_DATASETS", default=[])
 # Feed the Ready nodes' allocatable GPU/CPU/memory to the admission check (needs `list nodes`, a ClusterRole).
 JOBSITE_K8S_CHECK_CAPACITY = env.bool("JOBSITE_K8S_CHECK_CAPACITY", default=False)
+# Gang start of multi-replica jobs (scheduler/backends/k8s_gang.py): "" (off: replicas are placed one by one and an
+# attempt not wholly running within JOBSITE_PREPARING_TIMEOUT_SECONDS is requeued whole), "coscheduling" (a
+# scheduling.x-k8s.io PodGroup, scheduler-plugins) or "volcano" (a scheduling.volcano.sh PodGroup). Needs the
+# podgroups rights of deploy/components/gang-<mode>.
+JOBSITE_K8S_GANG_SCHEDULING = env.str("JOBSITE_K8S_GANG_SCHEDULING", default="")
+# spec.schedulerName of every job pod; empty: the cluster's default scheduler, or "volcano" with volcano above.
+JOBSITE_K8S_SCHEDULER_NAME = env.str("JOBSITE_K8S_SCHEDULER_NAME", default="")
 # A replica still failing to pull its image this long after its pod started fails the job as FailedImagePull.
 JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS = env.int("JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS", default=120)
 # Seconds between re-deliveries of the watched pods' cache (a full relist only after errors), between reads of the

@@ -1,13 +1,15 @@
 """The Kubernetes backend: one pod per replica through the official client, kept true by list+watch.
 
-- launch: the attempt's headless Service (multi-replica) and pods, built by ``k8s_manifest``; transient API
-  errors (5xx, 429, timeouts) are retried with backoff, 409 AlreadyExists means it was already created, any
-  other 4xx is a ``LaunchError``. A launch cut short by an API outage is retried by ``observe``.
+- launch: the attempt's PodGroup (multi-replica, with JOBSITE_K8S_GANG_SCHEDULING: ``k8s_gang``), headless Service
+  (multi-replica) and pods, built by ``k8s_manifest``, in that order; transient API errors (5xx, 429, timeouts)
+  are retried with backoff, 409 AlreadyExists means it was already created, any other 4xx is a ``LaunchError``.
+  A launch cut short by an API outage is retried by ``observe``.
 - observe: reads an informer's cache of the managed pods (a direct GET when the cache has no answer), maps each
   pod with ``k8s_status.observe_pod``, hands running replicas to the log archiver (``k8s_logs``: new lines only,
   on its own threads) and turns the pods' Kubernetes Events into job events.
-- stop / cleanup / reconcile: always archive what is left of a pod's log before deleting it. ``reconcile`` (the
-  leader's sync, every JOBSITE_K8S_RESYNC_SECONDS) deletes managed pods and services of no live attempt.
+- stop / cleanup / reconcile: always archive what is left of a pod's log before deleting it; the attempt's Service
+  and PodGroup go with its pods. ``reconcile`` (the leader's sync, every JOBSITE_K8S_RESYNC_SECONDS) deletes managed
+  pods, services and (gang scheduling on) PodGroups of no live attempt.
 - nodes: the Ready nodes' allocatable GPUs/CPU/memory, read by a thread of their own when
   JOBSITE_K8S_CHECK_CAPACITY is on (none when it is off): asking never waits on the API.
 
@@ -15,6 +17,8 @@ Only the scheduler process builds this backend; the leader starts its watches (`
 (``close``).
 
 The verbs it uses are listed in ``RBAC_RULES``; deploy/base/rbac.yaml grants exactly those (a test checks both).
+With gang scheduling on it also calls ``GANG_RBAC_RULES`` in the PodGroup's API group, which
+deploy/components/gang-<mode> grants.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from scheduler import metrics
 from scheduler.core import Node
 
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
+from .k8s_gang import GangSettings, build_podgroup, gang_pods, podgroup_name
 from .k8s_informer import Informer
 from .k8s_logs import LogArchiver
 from .k8s_manifest import (
@@ -67,6 +72,9 @@ RBAC_RULES: dict[str, frozenset[str]] = {
     "services": frozenset({"create", "list", "delete"}),
     "events": frozenset({"list", "watch"}),
 }
+# Only with JOBSITE_K8S_GANG_SCHEDULING, in the jobs namespace and the API group of its PodGroups
+# (k8s_gang.APIS[mode].group): a Role of its own (deploy/components/gang-coscheduling, gang-volcano).
+GANG_RBAC_RULES: dict[str, frozenset[str]] = {"podgroups": frozenset({"create", "list", "delete"})}
 # Cluster-scoped, only with JOBSITE_K8S_CHECK_CAPACITY: a ClusterRole (deploy/components/capacity).
 CAPACITY_RBAC_RULES: dict[str, frozenset[str]] = {"nodes": frozenset({"list"})}
 # Leader election (scheduler.leader): the scheduler's Lease, in the control plane's own namespace.
@@ -141,6 +149,7 @@ class KubernetesBackend:
         self.namespace = namespace or settings.JOBSITE_K8S_NAMESPACE
         self.log_root = Path(log_root or settings.JOBSITE_LOG_ROOT)
         self.defaults = PodDefaults.from_settings(self.namespace)
+        self.gang = GangSettings.from_settings()
         self.retries = settings.JOBSITE_K8S_API_RETRIES
         self.retry_base = settings.JOBSITE_K8S_API_RETRY_BASE_SECONDS
         self.image_pull_grace = settings.JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS
@@ -168,6 +177,10 @@ class KubernetesBackend:
     @cached_property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api_client)
+
+    @cached_property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
 
     def _call(self, fn: Callable[..., Any], *args: Any, retries: int | None = None, **kwargs: Any) -> Any:
         """Call the API, retrying transient failures with doubling backoff; other errors are raised at once."""
@@ -306,7 +319,16 @@ class KubernetesBackend:
     def _launch(self, spec: LaunchSpec, *, retries: int | None) -> dict:
         key = (spec.job_id, spec.attempt_number)
         service, pods = build_attempt(spec, self.defaults, now=timezone.now())
+        pods = gang_pods(spec, pods, self.gang)
+        podgroup = build_podgroup(spec, pods, self.gang, namespace=self.namespace)
+        creating = "pods"
         try:
+            api = self.gang.api
+            if podgroup is not None and api is not None:  # first: the gang scheduler holds pods of unknown groups
+                creating = f"PodGroup ({api.api_version})"
+                self._create(self.custom.create_namespaced_custom_object, podgroup, retries,
+                             args=(api.group, api.version, self.namespace, api.plural))
+            creating = "pods"
             if service is not None:
                 self._create(self.core.create_namespaced_service, service, retries)
             for pod in pods:
@@ -317,21 +339,26 @@ class KubernetesBackend:
                 self._delete_attempt(spec.job_id, spec.attempt_number, len(spec.replicas), force=True)
             except Exception:
                 log.exception("could not remove what was created of job %s attempt %s", *key)
-            raise LaunchError(f"Kubernetes rejected the pods of attempt {spec.attempt_number}: "
+            raise LaunchError(f"Kubernetes rejected the {creating} of attempt {spec.attempt_number}: "
                               f"{exc.status} {api_message(exc)}") from exc
         except KubernetesUnavailable:
             self._unlaunched[key] = spec  # observe tries again
             raise
         self._unlaunched.pop(key, None)
-        return {
+        data = {
             "namespace": self.namespace,
             "pods": [p["metadata"]["name"] for p in pods],
             "service": service["metadata"]["name"] if service else "",
         }
+        if podgroup is not None:
+            data["podgroup"] = podgroup["metadata"]["name"]
+        return data
 
-    def _create(self, fn: Callable[..., Any], body: dict, retries: int | None) -> None:
+    def _create(self, fn: Callable[..., Any], body: dict, retries: int | None, *,
+                args: tuple[Any, ...] | None = None) -> None:
+        """Create ``body`` (``fn(*args, body)``; args: the namespace), treating 409 AlreadyExists as done."""
         try:
-            self._call(fn, self.namespace, body, retries=retries)
+            self._call(fn, *(args or (self.namespace,)), body, retries=retries)
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -360,6 +387,21 @@ class KubernetesBackend:
             self._delete(self.core.delete_namespaced_pod, name, grace_period_seconds=grace)
         if replicas > 1:
             self._delete(self.core.delete_namespaced_service, service_name(job_id, attempt_number))
+            if self.gang.gangs(replicas):
+                self._delete_podgroup(podgroup_name(job_id, attempt_number))
+
+    def _delete_podgroup(self, name: str) -> bool:
+        """Delete a PodGroup of the configured API, treating 404 as done. True if something was deleted."""
+        api = self.gang.api
+        assert api is not None
+        try:
+            self._call(self.custom.delete_namespaced_custom_object, api.group, api.version, self.namespace,
+                       api.plural, name)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
 
     def observe(self, *, job_id: int, attempt_number: int, replicas: int) -> list[ReplicaObservation]:
         self.start()
@@ -499,10 +541,11 @@ class KubernetesBackend:
     # --- reconcile -----------------------------------------------------------------------------------------
 
     def reconcile(self) -> list[str]:
-        """Delete managed pods and services that belong to no live attempt (logs archived first).
+        """Delete managed pods, services and PodGroups that belong to no live attempt (logs archived first).
 
-        Live: the current attempt of a job holding resources (PREPARING, RUNNING, TERMINATING, UNKNOWN). The pods
-        are read before the database, so a pod launched meanwhile always finds its (committed) attempt.
+        Live: the current attempt of a job holding resources (PREPARING, RUNNING, TERMINATING, UNKNOWN). The objects
+        are read before the database, so one launched meanwhile always finds its (committed) attempt. PodGroups are
+        read (and their API called at all) only with gang scheduling on.
         """
         from jobs.choices import RESOURCE_PHASES
         from jobs.models import Attempt
@@ -511,6 +554,7 @@ class KubernetesBackend:
         data = json.loads(self._call(self.core.list_namespaced_service, self.namespace, label_selector=SELECTOR,
                                      _preload_content=False).data or b"{}")
         services = [s for s in data.get("items") or [] if is_managed(s)]
+        podgroups = self._managed_podgroups()
         live = set(
             Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"), backend=self.name)
             .values_list("job_id", "number")
@@ -535,6 +579,14 @@ class KubernetesBackend:
             name = svc["metadata"]["name"]
             if self._delete(self.core.delete_namespaced_service, name):
                 deleted.append(name)
+        for group in podgroups:
+            owner = attempt_of(group)
+            if owner is not None and owner[:2] in live:
+                continue
+            name = group["metadata"]["name"]
+            if self._delete_podgroup(name):
+                log.info("deleted PodGroup %s: it belongs to no live attempt", name)
+                deleted.append(f"podgroup/{name}")
         events = self._events.items() if self._events is not None and self._events.synced.is_set() else None
         present = {p["metadata"]["name"] for p in pods} - set(deleted)
         for name in deleted:
@@ -545,6 +597,16 @@ class KubernetesBackend:
                 ids = {(e.get("metadata") or {}).get("uid") or (e.get("metadata") or {}).get("name") for e in events}
                 self._seen_events = {key for key in self._seen_events if key[0] in ids}
         return deleted
+
+    def _managed_podgroups(self) -> list[dict]:
+        """The PodGroups jobsite made, with gang scheduling on; none (and no API call) when it is off."""
+        api = self.gang.api
+        if api is None:
+            return []
+        data = json.loads(self._call(self.custom.list_namespaced_custom_object, api.group, api.version,
+                                     self.namespace, api.plural, label_selector=SELECTOR,
+                                     _preload_content=False).data or b"{}")
+        return [g for g in data.get("items") or [] if is_managed(g)]
 
 
 def _describe(exc: BaseException) -> str:

@@ -81,6 +81,10 @@ class Emulator(kmock.KubernetesEmulator):
         for plural, kind, namespaced in [("pods", "Pod", True), ("services", "Service", True),
                                          ("events", "Event", True), ("nodes", "Node", False)]:
             self.resources[f"v1/{plural}"] = kmock.ResourceInfo(kind=kind, namespaced=namespaced)
+        # The gang schedulers' PodGroups (custom resources, as if their CRDs were installed): kmock stores objects
+        # of any API group it is sent, but lists only resources it knows.
+        for group_version in ("scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"):
+            self.resources[f"{group_version}/podgroups"] = kmock.ResourceInfo(kind="PodGroup", namespaced=True)
         self.logs: dict[tuple[str, str], str | list[LogEntry]] = {}
         self.previous_logs: dict[tuple[str, str], str | list[LogEntry]] = {}
         self.log_requests = 0

@@ -1,5 +1,8 @@
 """deploy/: the base, every overlay and component, rendered as `kubectl apply -k` would (tests/k8s/kustomize.py).
 
+Every component is rendered over the base on its own too (targets ``base+components/<name>``, as an overlay adding
+only it would be), so that components no overlay may use together (gang-coscheduling, gang-volcano) are checked.
+
 Every object is valid against the Kubernetes API schema; every pod meets Pod Security `restricted`; the RBAC is
 exactly what the backend calls, given to the scheduler only; job pods cannot reach the control plane; the log
 archive works on a ReadWriteOnce default class; the roles share one image, config and secret that jobsite reads.
@@ -7,23 +10,34 @@ archive works on a ReadWriteOnce default class; the roles share one image, confi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import ipaddress
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from scheduler.backends.k8s_gang import APIS as GANG_APIS
 from scheduler.backends.k8s_manifest import PodDefaults, build_attempt
-from scheduler.backends.kubernetes import CAPACITY_RBAC_RULES, LEASE_API_GROUP, LEASE_RBAC_RULES, RBAC_RULES
+from scheduler.backends.kubernetes import (
+    CAPACITY_RBAC_RULES,
+    GANG_RBAC_RULES,
+    LEASE_API_GROUP,
+    LEASE_RBAC_RULES,
+    RBAC_RULES,
+)
 
-from .kustomize import CLUSTER_SCOPED, Unsupported, build, load_documents, object_id, strategic_merge
+from .kustomize import CLUSTER_SCOPED, BuildError, Unsupported, build, load_documents, object_id, strategic_merge
 from .pod_security import restricted_violations
 from .test_manifest import NOW, make_spec
 
@@ -40,13 +54,33 @@ SECRET = "jobsite-secrets"
 SECRET_KEYS = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "JOBSITE_METRICS_TOKEN"}
 LOG_LABEL = ("jobsite/logs-volume", "jobsite-logs")
 
-TARGETS = ["base"] + sorted(f"overlays/{p.name}" for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
+OVERLAYS = ["base"] + sorted(f"overlays/{p.name}" for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
 COMPONENTS = sorted(p.name for p in (DEPLOY / "components").iterdir() if p.is_dir())
+TARGETS = OVERLAYS + [f"base+components/{c}" for c in COMPONENTS]
+GANG_ROLE = "jobsite-scheduler-podgroups"
+
+
+@contextlib.contextmanager
+def target_directory(target: str) -> Iterator[Path]:
+    """The directory to build: a folder of deploy/, or for ``a+b`` a kustomization (in a temporary folder) of the
+    folder ``a`` with the component ``b``."""
+    if "+" not in target:
+        yield DEPLOY / target
+        return
+    resource, component = target.split("+")
+    with tempfile.TemporaryDirectory(prefix="jobsite-deploy-") as tmp:
+        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(DEPLOY / resource, tmp)],
+            "components": [os.path.relpath(DEPLOY / component, tmp)],
+        }))
+        yield Path(tmp)
 
 
 @functools.cache
 def _rendered(target: str) -> tuple[dict, ...]:
-    return tuple(build(DEPLOY / target))
+    with target_directory(target) as directory:
+        return tuple(build(directory))
 
 
 def rendered(target: str) -> list[dict]:
@@ -128,19 +162,19 @@ def test_each_kustomization_lists_every_file_beside_it():
         assert listed == present, f"{k.relative_to(DEPLOY)} lists {sorted(listed)}, the folder has {sorted(present)}"
 
 
-def test_every_component_is_part_of_some_overlay():
-    """So that the tests below render (and validate) each of them."""
-    used = set()
-    for target in TARGETS:
+def test_every_component_is_rendered_alone_over_the_base_and_overlays_use_only_components_here():
+    """So that the tests below render (and validate) each of them, and what the overlays use."""
+    assert {t.split("/")[-1] for t in TARGETS if "+" in t} == set(COMPONENTS)
+    for target in OVERLAYS:
         [k] = load_documents(DEPLOY / target / "kustomization.yaml")
-        used |= {Path(c).name for c in k.get("components", [])}
-    assert used == set(COMPONENTS)
+        assert {(DEPLOY / target / c).resolve().parent for c in k.get("components", [])} <= {DEPLOY / "components"}
 
 
 @pytest.mark.skipif(not shutil.which("kubectl"), reason="kubectl (with its built-in kustomize) is not installed")
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_renderer_agrees_with_kubectl_kustomize(target):
-    out = subprocess.run(["kubectl", "kustomize", str(DEPLOY / target)], capture_output=True, text=True, check=True)
+    with target_directory(target) as directory:
+        out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=True)
     theirs = {object_id(d): d for d in yaml.safe_load_all(out.stdout) if d}
     ours = {object_id(d): d for d in rendered(target)}
     assert sorted(ours) == sorted(theirs)
@@ -275,6 +309,8 @@ def test_each_role_has_its_own_service_account_and_only_the_scheduler_has_rights
     expected = {("RoleBinding", JOBS, "jobsite-scheduler"), ("RoleBinding", CONTROL, "jobsite-scheduler-leader")}
     if any(c["metadata"]["name"] == "jobsite-nodes" for c in of_kind(docs, "ClusterRole")):
         expected.add(("ClusterRoleBinding", "", "jobsite-nodes"))
+    if any(r["metadata"]["name"] == GANG_ROLE for r in of_kind(docs, "Role")):
+        expected.add(("RoleBinding", JOBS, GANG_ROLE))
     assert bindings_of(docs, "jobsite-scheduler") == expected
     for b in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "jobsite-scheduler", "namespace": CONTROL}]
@@ -290,6 +326,29 @@ def test_the_jobs_role_grants_exactly_what_the_backend_calls_in_the_jobs_namespa
     assert not any("resourceNames" in rule for rule in role["rules"])
     assert config(docs)["JOBSITE_K8S_NAMESPACE"] == JOBS
     assert not of_kind(docs, "ClusterRole") and not of_kind(docs, "ClusterRoleBinding"), "no cluster rights"
+    # Gang scheduling is off in the base: the backend calls no PodGroup API, and nothing grants one.
+    assert config(docs)["JOBSITE_K8S_GANG_SCHEDULING"] == ""
+
+
+@pytest.mark.parametrize("mode", sorted(GANG_APIS))
+def test_a_gang_component_turns_its_mode_on_and_grants_podgroups_of_its_api_only(mode):
+    docs = rendered(f"base+components/gang-{mode}")
+    assert config(docs)["JOBSITE_K8S_GANG_SCHEDULING"] == mode
+    roles = {r["metadata"]["name"]: r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == JOBS}
+    assert set(roles) == {"jobsite-scheduler", GANG_ROLE}
+    assert rules_as_map(roles["jobsite-scheduler"]["rules"]) == RBAC_RULES  # unchanged
+    assert rules_as_map(roles[GANG_ROLE]["rules"], GANG_APIS[mode].group) == GANG_RBAC_RULES
+    assert not any("resourceNames" in rule for rule in roles[GANG_ROLE]["rules"])
+    binding = get(docs, "RoleBinding", GANG_ROLE, JOBS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": GANG_ROLE}
+    assert not of_kind(docs, "ClusterRole"), "no cluster rights"
+    other = next(m for m in GANG_APIS if m != mode)  # one gang scheduler at a time: the two conflict
+    with pytest.raises(BuildError, match="defined twice"):
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump({
+                "resources": [os.path.relpath(BASE, tmp)],
+                "components": [os.path.relpath(DEPLOY / "components" / f"gang-{m}", tmp) for m in (mode, other)]}))
+            build(tmp)
 
 
 def test_the_lease_role_covers_only_the_schedulers_lease_in_its_own_namespace():
