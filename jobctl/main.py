@@ -11,6 +11,7 @@ import getpass
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ examples:
   jobctl submit -g phusers --image base-notebook -t gpu-1 -- python train.py --epochs 3
   jobctl list --phase PENDING --phase RUNNING
   jobctl logs -f 42
+  jobctl logs 42 --failed --attempt 2
   jobctl get 42 --vocabulary mcli
 """
 
@@ -249,6 +251,10 @@ def _state_fields(out: Printer, job: dict) -> list[tuple[str, Any]]:
         pairs.append(("Queue position", f"#{job['queue_position']} in {job['group']}"))
     if job.get("exit_code") is not None:
         pairs.append(("Exit code", job["exit_code"]))
+    current = next((a for a in job.get("attempts") or [] if a["number"] == job.get("current_attempt")), None)
+    if current and current.get("failed_rank") is not None:
+        pairs.append(("Failed rank", f"{current['failed_rank']} (first to fail in attempt {current['number']}; "
+                                     f"its log: jobctl logs {job['id']} --failed)"))
     if job.get("over_quota"):
         pairs.append(("Over quota", "yes: runs on idle resources beyond the group's quota, preempted first"))
     pairs += [
@@ -296,9 +302,12 @@ def cmd_describe(api: Api, args, out: Printer) -> int:
         rows = []
         for a in attempts:
             sizes = ", ".join(f"{r['replica']}:{r['size'] if r['size'] is not None else '-'}" for r in a["logs"])
+            failed_rank = a.get("failed_rank")
             rows.append([a["number"], a["node"] or "-", a["started_at"], a["ended_at"], a["outcome"] or "-",
-                         a["exit_code"], f"{a['gpu_seconds'] / 3600:.2f}", sizes])
-        out.table(["#", "NODE", "STARTED", "ENDED", "OUTCOME", "EXIT", "GPU-H", "LOG BYTES (replica:size)"], rows)
+                         a["exit_code"], "-" if failed_rank is None else failed_rank, f"{a['gpu_seconds'] / 3600:.2f}",
+                         sizes])
+        out.table(["#", "NODE", "STARTED", "ENDED", "OUTCOME", "EXIT", "FAILED RANK", "GPU-H",
+                   "LOG BYTES (replica:size)"], rows)
     else:
         out.line("none yet")
     out.line()
@@ -306,6 +315,36 @@ def cmd_describe(api: Api, args, out: Printer) -> int:
     rows = [[e["time"], e["type"], e["reason"], e["attempt"], e["message"]] for e in job["events"]]
     out.table(["TIME", "TYPE", "REASON", "ATTEMPT", "MESSAGE"], rows, max_width=100)
     return EXIT_OK
+
+
+@dataclass
+class _Failure:
+    """What the logs endpoint says of an attempt (default: the current one) for ``jobctl logs -f --failed``."""
+
+    attempt: int | None  # the attempt asked about (None: the job has no attempt yet)
+    current: int | None
+    rank: int | None  # its first failed rank (None: none failed so far)
+    phase: str
+    finished: bool
+
+    @property
+    def over(self) -> bool:
+        """No replica of the attempt failed, and none will: another attempt followed it, or the job ended."""
+        if self.attempt is None:
+            return self.finished
+        return self.finished or (self.current is not None and self.current != self.attempt)
+
+
+def _failure(api: Api, job_id: int, attempt: int | None) -> _Failure:
+    reply = api.request("GET", _job_path(job_id, "logs"), params={"attempt": attempt, "tail_bytes": 0},
+                        accept="application/json, text/plain")
+    headers = {k.lower(): v for k, v in reply.headers.items()}
+
+    def number(name: str) -> int | None:
+        return int(headers[name]) if headers.get(name) else None
+
+    return _Failure(number("x-log-attempt"), number("x-job-current-attempt"), number("x-log-failed-rank"),
+                    headers.get("x-job-phase", "?"), headers.get("x-job-finished") == "true")
 
 
 def cmd_logs(api: Api, args, out: Printer) -> int:
@@ -317,16 +356,38 @@ def cmd_logs(api: Api, args, out: Printer) -> int:
         stdout.flush()
 
     if not args.follow:
-        api.request("GET", path, params={"replica": args.replica, "attempt": args.attempt,
-                                         "tail_bytes": args.tail}, accept="application/json, text/plain", sink=write)
+        api.request("GET", path, params={"replica": args.rank, "failed": "true" if args.failed else None,
+                                         "attempt": args.attempt, "tail_bytes": args.tail},
+                    accept="application/json, text/plain", sink=write)
         return EXIT_OK
 
     attempt = args.attempt
     pinned = args.attempt is not None
+    rank = None if args.failed else (args.rank or 0)  # with --failed: known once a replica of the attempt fails
+    shown_failed = False
     offset: int | None = None
     waiting_said = False
     while True:
-        params: dict[str, Any] = {"replica": args.replica, "attempt": attempt}
+        if rank is None:
+            failure = _failure(api, args.id, attempt)  # unpinned: always the current attempt
+            if failure.rank is not None:
+                attempt, rank, offset, shown_failed = failure.attempt, failure.rank, None, True
+                print(f"--- attempt {attempt}: replica {rank} failed first ---", file=sys.stderr)
+                continue
+            if failure.over:
+                if shown_failed:  # the attempt after a failed one ended without failing
+                    return EXIT_OK
+                print(f"No replica of attempt {failure.attempt} failed." if failure.attempt else
+                      f"Job {args.id} ended before any attempt started: no replica failed.", file=sys.stderr)
+                return EXIT_NOT_FOUND
+            if not waiting_said:
+                where = f"attempt {failure.attempt}, " if failure.attempt else ""
+                print(f"waiting for a replica of job {args.id} to fail ({where}{failure.phase})...", file=sys.stderr)
+                waiting_said = True
+            time.sleep(args.interval)
+            continue
+
+        params: dict[str, Any] = {"replica": rank, "attempt": attempt}
         if offset is None and args.tail is not None:
             params["tail_bytes"] = args.tail
         else:
@@ -346,8 +407,11 @@ def cmd_logs(api: Api, args, out: Printer) -> int:
         if offset < size:
             continue  # more is there already
         if not pinned and current and attempt is not None and int(current) != attempt:
-            print(f"--- attempt {current} ---", file=sys.stderr)
-            attempt, offset = int(current), 0
+            if args.failed:  # on to the next attempt's first failed rank, once one fails
+                attempt, rank, waiting_said = None, None, False
+            else:
+                print(f"--- attempt {current} ---", file=sys.stderr)
+                attempt, offset = int(current), 0
             continue
         if finished:
             return EXIT_OK
@@ -552,7 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("logs", cmd_logs, "print a replica's log; -f follows it until the job ends")
     p.add_argument("id", type=int)
     p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("--replica", type=int, default=0, help="replica rank (default 0)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--rank", "--replica", dest="rank", type=int, metavar="N",
+                       help="replica rank (default 0); --replica is the same")
+    which.add_argument("--failed", action="store_true",
+                       help="the first rank that failed in the attempt (the one whose exit code it has); with -f, "
+                            "waits for a rank to fail")
     p.add_argument("--attempt", type=int, help="attempt number (default: the current one, followed across retries)")
     p.add_argument("--tail", type=int, metavar="BYTES", help="only the last BYTES bytes")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls with -f (default 1)")

@@ -251,3 +251,36 @@ def gpu_usage(
         {"day": day, "group": g, "user": u, "gpu_hours": round(seconds / 3600, 3)}
         for (day, g, u), seconds in sorted(totals.items())
     ]
+
+
+# --- logs ---------------------------------------------------------------------------------------------------
+
+
+class NoFailedReplica(Exception):
+    """The log of the first failed replica was asked for, and no replica of the attempt failed (so far)."""
+
+
+class ReplicaNotFailed(Exception):
+    """A replica was named together with ``failed`` and it is not the attempt's first failed replica."""
+
+
+def attempt_log_rank(attempt: Attempt | None, *, replica: int | None = None, failed: bool = False) -> int:
+    """The rank whose log to read of ``attempt`` (None: the job has no attempt yet): ``replica`` (default 0), or
+    with ``failed`` the first replica that failed in that attempt, as mcli's ``logs --failed``.
+
+    Raises ``NoFailedReplica`` when ``failed`` is asked of an attempt none of whose replicas failed, and
+    ``ReplicaNotFailed`` when ``replica`` is given with ``failed`` and is another rank. Whether ``replica`` exists
+    is the caller's to check.
+    """
+    if not failed:
+        return 0 if replica is None else replica
+    if attempt is None:
+        raise NoFailedReplica("The job has no attempt yet, so no replica has failed.")
+    if attempt.failed_rank is None:
+        raise NoFailedReplica(f"No replica of attempt {attempt.number} failed.")
+    if replica is not None and replica != attempt.failed_rank:
+        raise ReplicaNotFailed(
+            f"Replica {replica} is not the first failed replica of attempt {attempt.number} (replica "
+            f"{attempt.failed_rank} is); leave out replica, or failed."
+        )
+    return attempt.failed_rank

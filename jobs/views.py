@@ -174,6 +174,9 @@ class ReplicaLog:
     size: int = 0
     inline: bool = True
     current: bool = False  # of the job's current attempt: followed live
+    failed: bool = False  # the first replica of its attempt that failed (the attempt's exit code is its)
+    exit_code: int | None = None  # the attempt's, shown with the failed replica
+    open: bool = False  # shown unfolded when the page loads
 
     @property
     def truncated(self) -> bool:
@@ -181,15 +184,20 @@ class ReplicaLog:
 
 
 def _attempt_logs(job: Job, attempts: list[Attempt], *, read: bool = True) -> list[tuple[Attempt, list[ReplicaLog]]]:
+    """Each attempt, newest first, with a viewer per replica. The newest attempt's replicas are unfolded; when a
+    replica of it failed, only that one is (the log that says why, as ``jobctl logs --failed`` reads)."""
     result = []
     budget = LOG_INLINE_MAX
-    for attempt in sorted(attempts, key=lambda a: a.number, reverse=True):
+    for index, attempt in enumerate(sorted(attempts, key=lambda a: a.number, reverse=True)):
         replicas = []
         for rank in range(attempt.replicas):
             kwargs = {"pk": job.pk, "number": attempt.number, "rank": rank}
+            failed = rank == attempt.failed_rank
             entry = ReplicaLog(attempt=attempt.number, rank=rank, url=reverse("jobs:log", kwargs=kwargs),
                                range_url=reverse("jobs:log_range", kwargs=kwargs), inline=budget > 0,
-                               current=attempt.pk == job.current_attempt_id)
+                               current=attempt.pk == job.current_attempt_id, failed=failed,
+                               exit_code=attempt.exit_code if failed else None,
+                               open=index == 0 and (attempt.failed_rank is None or failed))
             if entry.inline:
                 budget -= 1
                 window = logs.read_window(logs.log_path(attempt, rank), max_bytes=LOG_TAIL_BYTES) if read else None

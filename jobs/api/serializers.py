@@ -168,7 +168,8 @@ class ResourceAmountsSerializer(serializers.Serializer):
 class AttemptSerializer(serializers.ModelSerializer):
     class Meta:
         model = Attempt
-        fields = ["number", "node", "started_at", "running_at", "ended_at", "exit_code", "outcome", "gpu_seconds"]
+        fields = ["number", "node", "started_at", "running_at", "ended_at", "exit_code", "failed_rank", "outcome",
+                  "gpu_seconds"]
         read_only_fields = fields
 
 

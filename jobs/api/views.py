@@ -145,6 +145,18 @@ def _int_param(request: Request, name: str, *, default: int | None) -> int | Non
     return value
 
 
+def _bool_param(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return False
+    value = raw.strip().lower()
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    raise exceptions.ValidationError({name: ["Give true or false."]})
+
+
 def _date_param(request: Request, name: str) -> date | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
@@ -183,6 +195,12 @@ LOG_HEADERS = [
                      description="Offset just past the last byte sent: the next `start` when following."),
     OpenApiParameter("X-Log-Attempt", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
                      description="The attempt whose log this is (empty: the job has no attempt yet)."),
+    OpenApiParameter("X-Log-Replica", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[200],
+                     description="The replica (rank) whose log this is: the one asked for, or with `failed=true` "
+                                 "the first that failed."),
+    OpenApiParameter("X-Log-Failed-Rank", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
+                     description="The first replica that failed in that attempt (empty: none has failed so far); "
+                                 "the attempt's exit code is its."),
     OpenApiParameter("X-Job-Current-Attempt", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
                      description="The job's current attempt (empty: none yet)."),
     OpenApiParameter("X-Job-Phase", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
@@ -371,9 +389,15 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         summary="Read a replica's log",
         description="text/plain. The whole log, its last `tail_bytes`, or bytes [`start`, `end`). The X-Log-* "
                     "headers give the slice and the log's size; follow a log by asking again with `start` set to "
-                    "the last `X-Log-End` until `X-Job-Finished` is true and nothing new comes.",
+                    "the last `X-Log-End` until `X-Job-Finished` is true and nothing new comes. With "
+                    "`failed=true`, the log of the attempt's first failed replica (404 when none failed).",
         parameters=[
             OpenApiParameter("replica", COUNT, description="Replica rank (default 0)."),
+            OpenApiParameter("failed", OpenApiTypes.BOOL,
+                             description="`true`: the log of the first replica that failed in the attempt (the one "
+                                         "whose exit code the attempt has), as `mcli logs --failed`. 404 when no "
+                                         "replica of the attempt failed; 400 with a `replica` that is another "
+                                         "rank."),
             OpenApiParameter("attempt", COUNT, description="Attempt number (default: the current one)."),
             OpenApiParameter("tail_bytes", COUNT, description="Only the last N bytes."),
             OpenApiParameter("start", COUNT, description="First byte offset (default 0)."),
@@ -387,7 +411,8 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
             filter_backends=[], pagination_class=None)
     def logs(self, request: Request, pk: str | None = None) -> HttpResponse:
         job = self.get_object()  # read before the file: a log read once the job has ended is complete
-        replica = _int_param(request, "replica", default=0)
+        replica = _int_param(request, "replica", default=None)
+        failed = _bool_param(request, "failed")
         attempt_number = _int_param(request, "attempt", default=None)
         tail_bytes = _int_param(request, "tail_bytes", default=None)
         start = _int_param(request, "start", default=None)
@@ -403,12 +428,20 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
             attempt = job.attempts.filter(number=attempt_number).first() if attempt_number < 2**31 else None
             if attempt is None:
                 raise exceptions.NotFound(f"Job #{job.pk} has no attempt {attempt_number}.")
+        try:
+            replica = selectors.attempt_log_rank(attempt, replica=replica, failed=failed)
+        except selectors.NoFailedReplica as exc:
+            raise exceptions.NotFound(str(exc)) from None
+        except selectors.ReplicaNotFailed as exc:
+            raise exceptions.ValidationError({"replica": [str(exc)]}) from None
         replicas = attempt.replicas if attempt else job.replicas
         if not 0 <= replica < replicas:
             raise exceptions.NotFound(f"Replica {replica} does not exist: the job has replicas 0 to {replicas - 1}.")
 
         headers = {
             "X-Log-Attempt": str(attempt.number) if attempt else "",
+            "X-Log-Replica": str(replica),
+            "X-Log-Failed-Rank": str(attempt.failed_rank) if attempt and attempt.failed_rank is not None else "",
             "X-Job-Current-Attempt": str(job.current_attempt.number) if job.current_attempt_id else "",
             "X-Job-Phase": job.phase,
             "X-Job-Finished": "true" if job.phase in TERMINAL_PHASES else "false",

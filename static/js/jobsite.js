@@ -625,6 +625,12 @@
     });
     this.initViewers();
     this.refresh = debounce(function () { self.loadLive(); }, 120);
+    // "replica N" of the attempts table unfolds that replica's log before the page scrolls to it.
+    root.addEventListener("click", function (event) {
+      var link = event.target.closest ? event.target.closest("a[data-open-log]") : null;
+      var target = link && document.getElementById(link.getAttribute("href").slice(1));
+      if (target && target.tagName === "DETAILS") target.open = true;
+    });
   }
 
   JobDetail.prototype.initViewers = function () {
@@ -696,10 +702,15 @@
       var added = false;
       for (var i = incoming.length - 1; i >= 0; i--) {
         var node = incoming[i];
-        if (document.getElementById(node.id)) continue;
+        var shown = document.getElementById(node.id);
+        if (shown) {
+          self.markFailed(shown, node);
+          continue;
+        }
         var placeholder = list.querySelector("[data-no-logs]");
         if (placeholder) placeholder.remove();
-        node.open = node.hasAttribute("data-current");
+        // The current attempt's logs unfold: all of them, or only its failed replica once one failed.
+        node.open = node.hasAttribute("data-current") && node.hasAttribute("open");
         list.insertBefore(node, list.firstChild);
         added = true;
       }
@@ -711,6 +722,21 @@
       self.loading = false;
       if (self.again) { self.again = false; self.loadLive(); }
     });
+  };
+
+  // A replica shown already turned out to be the first that failed: mark it as the server does, and unfold it
+  // (its log says why the attempt failed). Nothing else the reader unfolded is folded.
+  JobDetail.prototype.markFailed = function (shown, fresh) {
+    if (!fresh.hasAttribute("data-failed") || shown.hasAttribute("data-failed")) return;
+    var mark = fresh.querySelector("summary .failed-mark");
+    var summary = shown.querySelector("summary");
+    if (mark && summary) {
+      var size = summary.querySelector(".log-size");
+      summary.insertBefore(mark, size);
+      summary.insertBefore(document.createTextNode(" "), size);
+    }
+    shown.setAttribute("data-failed", "");
+    shown.open = true;
   };
 
   // --- pages refreshed by partial: a group's queue, utilisation -------------------------------------------

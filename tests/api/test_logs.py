@@ -5,7 +5,7 @@ import pytest
 from scheduler.backends import get_backend
 from scheduler.passes import schedule_pass
 
-from .conftest import job_url
+from .conftest import assert_error_shape, job_url
 
 
 def write_log(job, attempt_number: int, rank: int, content: bytes) -> None:
@@ -183,3 +183,120 @@ def test_text_errors_list_the_fields(admitted, client_for):
     response = client_for("bob").get(job_url(admitted.pk, "logs"), {"start": "x"}, HTTP_ACCEPT="text/plain")
     assert response.status_code == 400
     assert response.content.decode().splitlines() == ["start: Give a whole number."]
+
+
+# --- ?failed=true: the first failed rank's log, as mcli logs --failed -------------------------------------------
+
+
+def failed(job, number: int, rank: int | None, exit_code: int | None = None):
+    """Mark attempt ``number`` of ``job`` as the scheduler does once a replica of it fails."""
+    from jobs.models import Attempt
+
+    Attempt.objects.filter(job=job, number=number).update(failed_rank=rank, exit_code=exit_code)
+
+
+@pytest.fixture
+def two_attempts(admitted):
+    """Attempt 1 (two replicas: rank 1 failed first) and attempt 2, the current one (no replica failed yet)."""
+    from jobs.models import Attempt
+
+    failed(admitted, 1, 1, exit_code=3)
+    second = Attempt.objects.create(job=admitted, number=2, replicas=2, gpu=1, backend="local")
+    admitted.current_attempt = second
+    admitted.save(update_fields=["current_attempt"])
+    for number in (1, 2):
+        for rank in (0, 1):
+            write_log(admitted, number, rank, f"attempt {number} rank {rank}\n".encode())
+    return admitted
+
+
+@pytest.mark.django_db
+def test_failed_reads_the_first_failed_rank(admitted, client_for):
+    write_log(admitted, 1, 0, b"rank zero was fine\n")
+    write_log(admitted, 1, 1, b"rank one: CUDA error\n")
+    failed(admitted, 1, 1, exit_code=3)
+    client = client_for("pan")
+    url = job_url(admitted.pk, "logs")
+
+    for value in ("true", "True", "1"):
+        response = client.get(url, {"failed": value})
+        assert response.status_code == 200
+        assert body(response) == b"rank one: CUDA error\n"
+        assert (response["X-Log-Replica"], response["X-Log-Failed-Rank"], response["X-Log-Attempt"]) == ("1", "1", "1")
+    assert body(client.get(url, {"failed": "true", "attempt": 1})) == b"rank one: CUDA error\n"
+    assert body(client.get(url, {"failed": "true", "replica": 1})) == b"rank one: CUDA error\n"  # the same rank
+    assert body(client.get(url, {"failed": "true", "tail_bytes": 6})) == b"error\n"  # slices work as for replica
+    # failed=false (or left out) is the plain replica choice; every answer says which rank failed first.
+    plain = client.get(url, {"failed": "false"})
+    assert (body(plain), plain["X-Log-Replica"], plain["X-Log-Failed-Rank"]) == (b"rank zero was fine\n", "0", "1")
+    assert body(client.get(url, {"failed": "0", "replica": 1})) == b"rank one: CUDA error\n"
+
+
+@pytest.mark.django_db
+def test_failed_follows_the_asked_attempt(two_attempts, client_for):
+    client = client_for("bob")
+    url = job_url(two_attempts.pk, "logs")
+    assert body(client.get(url, {"failed": "true", "attempt": 1})) == b"attempt 1 rank 1\n"
+
+    # The default attempt is the current one, where nothing failed yet: a 404 that says so.
+    response = client.get(url, {"failed": "true"})
+    assert response.status_code == 404
+    assert response.json()["detail"] == "No replica of attempt 2 failed."
+    assert client.get(url)["X-Log-Failed-Rank"] == ""
+
+    failed(two_attempts, 2, 0, exit_code=137)
+    response = client.get(url, {"failed": "true"})
+    assert (body(response), response["X-Log-Attempt"], response["X-Log-Replica"]) == (b"attempt 2 rank 0\n", "2", "0")
+
+
+@pytest.mark.django_db
+def test_failed_without_a_failed_replica_is_404(submit, admitted, client_for):
+    write_log(admitted, 1, 0, LOG)
+    client = client_for("bob")
+    response = client.get(job_url(admitted.pk, "logs"), {"failed": "true"}, HTTP_ACCEPT="text/plain")
+    assert response.status_code == 404
+    assert response.content.decode() == "No replica of attempt 1 failed.\n"
+
+    queued = submit("bob", "gpu-4")  # no attempt at all
+    response = client.get(job_url(queued.pk, "logs"), {"failed": "true"})
+    assert response.status_code == 404
+    assert "no attempt yet" in response.json()["detail"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("params,field", [
+    ({"failed": "maybe"}, "failed"), ({"failed": "yes please"}, "failed"), ({"failed": "2"}, "failed"),
+    ({"failed": "true", "replica": 0}, "replica"),  # rank 1 failed first, not rank 0
+    ({"failed": "true", "replica": "x"}, "replica"),
+])
+def test_bad_failed_parameters_are_400(admitted, client_for, params, field):
+    write_log(admitted, 1, 1, b"rank one\n")
+    failed(admitted, 1, 1, exit_code=3)
+    response = client_for("bob").get(job_url(admitted.pk, "logs"), params)
+    data = assert_error_shape(response, 400, field)
+    assert set(data["errors"]) == {field}
+    if field == "failed":
+        assert data["errors"]["failed"] == ["Give true or false."]
+    elif params["replica"] == 0:
+        assert "replica 1" in data["errors"]["replica"][0] and "not the first failed replica" in data["detail"]
+
+
+@pytest.mark.django_db
+def test_attempts_list_and_job_detail_show_the_failed_rank(two_attempts, client_for):
+    client = client_for("bob")
+    attempts = client.get(job_url(two_attempts.pk, "attempts")).json()["results"]
+    assert [(a["number"], a["failed_rank"], a["exit_code"]) for a in attempts] == [(1, 1, 3), (2, None, None)]
+    detail = client.get(job_url(two_attempts.pk)).json()
+    assert [(a["number"], a["failed_rank"]) for a in detail["attempts"]] == [(1, 1), (2, None)]
+
+
+def test_failed_and_failed_rank_are_in_the_schema(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    logs = schema["paths"]["/api/v1/jobs/{id}/logs/"]["get"]
+    params = {p["name"]: p for p in logs["parameters"]}
+    assert params["failed"]["in"] == "query" and params["failed"]["schema"]["type"] == "boolean"
+    assert "first replica that failed" in params["failed"]["description"]
+    assert {"X-Log-Replica", "X-Log-Failed-Rank"} <= set(logs["responses"]["200"]["headers"])
+    for name in ("Attempt", "AttemptDetail"):
+        rank = schema["components"]["schemas"][name]["properties"]["failed_rank"]
+        assert rank["type"] == "integer" and rank.get("nullable") is True

@@ -13,7 +13,7 @@ from rest_framework.authtoken.models import Token
 from jobs import services
 from jobs.choices import Phase
 from jobs.logs import log_path
-from jobs.models import Job
+from jobs.models import Attempt, Job
 from scheduler.passes import schedule_pass
 from scheduler.sync import housekeeping, sync_jobs
 
@@ -218,6 +218,119 @@ def test_logs_follow_a_running_job_until_it_ends(bob, tmp_path):
     assert out == "hello\nrank 0 of 1\nbye\n"  # ...and while it runs, until it ends
     assert Job.objects.get(pk=job_id).phase == Phase.SUCCEEDED
     assert f"waiting for job {job_id} to start (SUBMITTED)" in err
+
+
+def write_replica_logs(attempt, texts: dict[int, str]) -> None:
+    for rank, text in texts.items():
+        path = log_path(attempt, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def fail_attempt(job: Job, rank: int, exit_code: int, phase: str = Phase.FAILED) -> None:
+    """The first replica of the job's current attempt to fail is ``rank``: what the scheduler writes."""
+    Attempt.objects.filter(pk=job.current_attempt_id).update(failed_rank=rank, exit_code=exit_code)
+    services.job_transition(job=Job.objects.get(pk=job.pk), phase=phase, exit_code=exit_code)
+
+
+def wait_for_text(path, text: str, process, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in path.read_text():
+        assert process.poll() is None, f"jobctl ended early: {path.read_text()}"
+        assert time.monotonic() < deadline, f"{text!r} never came: {path.read_text()}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def two_ranks(submit):
+    """A job of two replicas admitted once (nothing launched), with a log per rank."""
+    job = submit("bob", "gpu-1", replicas=2)
+    services.job_transition(job=job, phase=Phase.PENDING)
+    services.job_admit(job=Job.objects.get(pk=job.pk), backend="local", placement=[{"node": "local"}] * 2)
+    job.refresh_from_db()
+    write_replica_logs(job.current_attempt, {0: "rank zero\n", 1: "rank one: CUDA error\n"})
+    return job
+
+
+def test_logs_by_rank(bob, two_ranks):
+    job_id = str(two_ranks.pk)
+    assert bob("logs", job_id, "--rank", "1").stdout == "rank one: CUDA error\n"
+    assert bob("logs", job_id, "--replica", "1").stdout == "rank one: CUDA error\n"  # the old name still works
+    assert bob("logs", job_id, "--rank", "0", "--attempt", "1").stdout == "rank zero\n"
+    missing = bob("logs", job_id, "--rank", "2")
+    assert (missing.returncode, missing.stdout) == (4, "")
+    assert "Replica 2 does not exist" in missing.stderr
+
+    services.job_transition(job=Job.objects.get(pk=two_ranks.pk), phase=Phase.SUCCEEDED, exit_code=0)
+    assert bob("logs", "-f", job_id, "--rank", "1", "--tail", "6").stdout == "error\n"
+
+
+def test_logs_of_the_first_failed_rank(bob, two_ranks):
+    job_id = str(two_ranks.pk)
+    none_yet = bob("logs", job_id, "--failed")
+    assert (none_yet.returncode, none_yet.stdout, none_yet.stderr) == (4, "", "No replica of attempt 1 failed.\n")
+
+    fail_attempt(two_ranks, rank=1, exit_code=3)
+    result = bob("logs", job_id, "--failed")
+    assert (result.returncode, result.stdout) == (0, "rank one: CUDA error\n")
+    assert bob("logs", job_id, "--failed", "--attempt", "1", "--tail", "6").stdout == "error\n"
+    followed = bob("logs", "-f", job_id, "--failed")  # the job has ended: what the log holds, then stop
+    assert (followed.returncode, followed.stdout) == (0, "rank one: CUDA error\n")
+    assert "--- attempt 1: replica 1 failed first ---" in followed.stderr
+
+
+def test_logs_follow_waits_for_a_rank_to_fail_across_attempts(bob, two_ranks, tmp_path):
+    job = two_ranks
+    fail_attempt(job, rank=1, exit_code=3, phase=Phase.BACKOFF)  # attempt 1 failed; the job will retry
+    errors = tmp_path / "stderr.txt"
+    with errors.open("w") as sink:
+        follower = bob.popen("logs", "-f", str(job.pk), "--failed", "--interval", "0.1", stderr=sink)
+    try:
+        wait_for_text(errors, "--- attempt 1: replica 1 failed first ---", follower)
+        services.job_transition(job=Job.objects.get(pk=job.pk), phase=Phase.PENDING)
+        second = services.job_admit(job=Job.objects.get(pk=job.pk), backend="local",
+                                    placement=[{"node": "local"}, {"node": "local"}])
+        write_replica_logs(second, {0: "attempt 2 rank zero: NCCL timeout\n", 1: "attempt 2 rank one\n"})
+        wait_for_text(errors, f"waiting for a replica of job {job.pk} to fail (attempt 2, PREPARING)", follower)
+        fail_attempt(Job.objects.get(pk=job.pk), rank=0, exit_code=1)
+        out, _ = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == 0, errors.read_text()
+    assert out == "rank one: CUDA error\nattempt 2 rank zero: NCCL timeout\n"
+    assert "--- attempt 2: replica 0 failed first ---" in errors.read_text()
+
+
+def test_logs_follow_failed_when_no_rank_failed(bob, two_ranks):
+    services.job_transition(job=Job.objects.get(pk=two_ranks.pk), phase=Phase.SUCCEEDED, exit_code=0)
+    result = bob("logs", "-f", str(two_ranks.pk), "--failed", "--interval", "0.1")
+    assert (result.returncode, result.stdout) == (4, "")
+    assert result.stderr.endswith("No replica of attempt 1 failed.\n")
+
+
+def test_rank_and_failed_together_is_a_usage_error(bob, two_ranks):
+    for extra in (["--rank", "1"], ["--replica", "0"]):
+        result = bob("logs", str(two_ranks.pk), "--failed", *extra)
+        assert (result.returncode, result.stdout) == (2, "")
+        assert "error: argument --rank/--replica: not allowed with argument --failed" in result.stderr
+    assert "--failed" in bob("logs", "--help").stdout
+
+
+def test_describe_and_get_show_the_failed_rank(bob, two_ranks):
+    fail_attempt(two_ranks, rank=1, exit_code=3)
+    describe = bob("describe", str(two_ranks.pk))
+    assert describe.returncode == 0, describe.stderr
+    lines = describe.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("#"))
+    assert header.split()[:8] == ["#", "NODE", "STARTED", "ENDED", "OUTCOME", "EXIT", "FAILED", "RANK"]
+    row = lines[lines.index(header) + 1].split()
+    assert (row[0], row[5], row[6]) == ("1", "3", "1")
+    assert "Failed rank:" in describe.stdout
+    shown = bob("get", str(two_ranks.pk)).stdout
+    assert "Failed rank:" in shown and f"jobctl logs {two_ranks.pk} --failed" in shown
+    assert bob.json("describe", str(two_ranks.pk))["attempts"][0]["failed_rank"] == 1
 
 
 # --- actions ----------------------------------------------------------------------------------------------------

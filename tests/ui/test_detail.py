@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 from django.urls import reverse
 
 from jobs.choices import Role
-from jobs.models import Job, Membership
+from jobs.models import Attempt, Job, Membership
 from scheduler.backends import get_backend
 
 pytestmark = pytest.mark.django_db
@@ -284,3 +287,180 @@ def test_detail_query_count_is_bounded(login, submit, client, make_admitted, dja
     login("bob")
     with django_assert_max_num_queries(6):
         client.get(detail(job))
+
+
+# --- the first failed replica -------------------------------------------------------------------------------
+
+
+def viewer_tag(html: str, number: int, rank: int) -> str:
+    """The opening tag of the log viewer of replica ``rank`` of attempt ``number``."""
+    match = re.search(rf'<details class="log" id="log-{number}-{rank}"[^>]*>', html)
+    assert match, f"no viewer of attempt {number} replica {rank}"
+    return match.group(0)
+
+
+def viewer_summary(html: str, number: int, rank: int) -> str:
+    start = html.index(viewer_tag(html, number, rank))
+    return html[start: html.index("</summary>", start)]
+
+
+def attempt_row(html: str, number: int) -> str:
+    table = html[html.index('class="compact attempts"'):]
+    rows = re.findall(r"<tr>\s*<td class=\"num\">(\d+)</td>(.*?)</tr>", table, re.S)
+    return next(row for n, row in rows if int(n) == number)
+
+
+def fail(attempt: Attempt, rank: int, exit_code: int) -> None:
+    """What the scheduler writes when replica ``rank`` is the first of the attempt to fail."""
+    Attempt.objects.filter(pk=attempt.pk).update(failed_rank=rank, exit_code=exit_code)
+
+
+def test_detail_marks_the_failed_replica_and_opens_its_log(login, submit, client, make_admitted):
+    job, attempt = make_admitted(submit("bob", replicas=3))
+    for rank in range(3):
+        write_log(job, f"hello from rank {rank}\n", rank=rank)
+    fail(attempt, rank=1, exit_code=3)
+    html = login("bob").get(detail(job)).content.decode()
+
+    assert " open" in viewer_tag(html, 1, 1) and "data-failed" in viewer_tag(html, 1, 1)
+    for rank in (0, 2):  # only the failed replica's log is unfolded
+        assert " open" not in viewer_tag(html, 1, rank) and "data-failed" not in viewer_tag(html, 1, rank)
+        assert "failed-mark" not in viewer_summary(html, 1, rank)
+    assert re.search(r'<span class="failed-mark"[^>]*>failed · exit 3</span>', viewer_summary(html, 1, 1))
+    assert html.count('class="failed-mark"') == 3  # the status card, the attempts table and the log's summary
+    status = html[html.index('id="status-card"'):html.index("</section>", html.index('id="status-card"'))]
+    assert re.search(r'<dt>Failed replica</dt><dd class="failed-rank"><a href="#log-1-1" data-open-log>replica 1</a> '
+                     r'<span class="failed-mark"[^>]*>failed</span> <span class="muted">first in attempt 1</span>',
+                     status)
+    row = attempt_row(html, 1)
+    assert re.search(r'<a href="#log-1-1" data-open-log>replica 1</a> <span class="failed-mark"[^>]*>failed</span>',
+                     row)
+
+
+def test_detail_without_a_failed_replica_opens_every_log_of_the_attempt(login, submit, client, make_admitted):
+    job, attempt = make_admitted(submit("bob", replicas=2))
+    html = login("bob").get(detail(job)).content.decode()
+    assert all(" open" in viewer_tag(html, 1, rank) for rank in (0, 1))
+    assert "failed-mark" not in html and "data-failed" not in html and "<dt>Failed replica</dt>" not in html
+    assert "<th>Failed replica</th>" in html and "<td class=\"failed-rank\">—</td>" in attempt_row(html, 1)
+
+
+def test_a_failed_earlier_attempt_is_marked_but_the_current_one_is_shown(login, submit, client, make_admitted):
+    job, first = make_admitted(submit("bob", replicas=2))
+    fail(first, rank=0, exit_code=137)
+    second = Attempt.objects.create(job=job, number=2, replicas=2, gpu=job.gpu, backend="local")
+    Job.objects.filter(pk=job.pk).update(current_attempt=second)
+    html = login("bob").get(detail(job)).content.decode()
+    assert all(" open" in viewer_tag(html, 2, rank) for rank in (0, 1))  # nothing failed in attempt 2 yet
+    assert all(" open" not in viewer_tag(html, 1, rank) for rank in (0, 1))
+    assert "failed · exit 137" in viewer_summary(html, 1, 0)
+    assert "replica 0</a>" in attempt_row(html, 1) and "failed-mark" not in attempt_row(html, 2)
+
+
+def test_live_fragment_carries_the_failed_replica(login, submit, client, make_admitted):
+    job, attempt = make_admitted(submit("bob", replicas=2))
+    fail(attempt, rank=1, exit_code=2)
+    html = login("bob").get(detail(job) + "?fragment=live").content.decode()
+    assert "data-failed" in viewer_tag(html, 1, 1) and " open" in viewer_tag(html, 1, 1)
+    assert " open" not in viewer_tag(html, 1, 0)
+
+
+# --- the same in a browser, at desktop and phone width ------------------------------------------------------
+
+
+@pytest.fixture
+def browser_page(live_server):
+    from django.db import connections
+
+    from tests.browser import chromium
+
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # ORM calls between Playwright's page actions
+    with chromium() as browser:
+        def open_page(username: str, width: int, height: int):
+            context = browser.new_context(viewport={"width": width, "height": height})
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            page.goto(live_server.url + "/login/")
+            page.fill("input[name=username]", username)
+            page.fill("input[name=password]", f"pw-{username}")
+            page.click("button:has-text('Log in')")
+            page.wait_for_url(live_server.url + "/")
+            return page
+
+        try:
+            yield open_page
+        finally:
+            connections.close_all()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("width,height,name", [(1360, 900, "desktop"), (390, 844, "phone")])
+def test_browser_shows_the_failed_replica_and_its_log(browser_page, live_server, submit, make_admitted,
+                                                      width, height, name):
+    from tests.browser import ARTIFACTS
+
+    job, first = make_admitted(submit("bob", "gpu-1", name="ddp-run", replicas=3))
+    for rank in range(3):
+        write_log(job, f"[rank {rank}] step 1 loss 0.93\n", rank=rank)
+    write_log(job, "[rank 1] step 1 loss 0.93\n[rank 1] RuntimeError: CUDA error: out of memory\n", rank=1)
+    fail(first, rank=1, exit_code=3)
+    page = browser_page("bob", width, height)
+    page.goto(live_server.url + detail(job))
+    page.wait_for_function("() => window.jobsite && window.jobsite.ready")
+
+    failed = page.locator("#log-1-1")
+    assert failed.evaluate("el => el.open") is True
+    assert failed.locator("summary .failed-mark").inner_text() == "failed · exit 3"
+    assert failed.locator("summary .failed-mark").is_visible()
+    assert "CUDA error: out of memory" in failed.locator("pre.log-text").inner_text()
+    assert failed.locator("pre.log-text").is_visible()
+    for rank in (0, 2):
+        assert page.locator(f"#log-1-{rank}").evaluate("el => el.open") is False
+        assert not page.locator(f"#log-1-{rank} pre.log-text").is_visible()
+    assert page.locator("#status-card dd.failed-rank").inner_text() == "replica 1 failed first in attempt 1"
+    cell = page.locator("table.attempts td.failed-rank")
+    assert cell.inner_text() == "replica 1 failed"
+    red = cell.locator(".failed-mark").evaluate("el => getComputedStyle(el).color")
+    assert red == "rgb(194, 5, 16)"  # the error colour, with the word "failed"
+    page.locator("#logs-h").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"ui-detail-failed-rank-{name}.png"), full_page=True)
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_marks_a_replica_that_fails_while_watching(browser_page, live_server, submit, make_admitted):
+    from tests.browser import ARTIFACTS
+
+    job, first = make_admitted(submit("bob", "gpu-1", name="ddp-retry", replicas=2))
+    fail(first, rank=0, exit_code=137)
+    second = Attempt.objects.create(job=job, number=2, replicas=2, gpu=1, backend="local")
+    Job.objects.filter(pk=job.pk).update(current_attempt=second)
+    write_log(job, "attempt 1 rank 0: Killed\n", number=1, rank=0)
+    for rank in (0, 1):
+        write_log(job, f"attempt 2 rank {rank}: step 1\n", number=2, rank=rank)
+    page = browser_page("bob", 1360, 900)
+    page.goto(live_server.url + detail(job))
+    page.wait_for_function("() => window.jobsite && window.jobsite.ready")
+    assert [page.locator(f"#log-{n}-{r}").evaluate("el => el.open") for n, r in ((2, 0), (2, 1), (1, 0), (1, 1))] \
+        == [True, True, False, False]
+
+    # The attempts table's "replica 0" of attempt 1 unfolds that log.
+    page.locator("table.attempts a[data-open-log]", has_text="replica 0").click()
+    page.wait_for_function("() => document.getElementById('log-1-0').open")
+    assert page.locator("#log-1-0 .log-link").is_visible()
+
+    # Replica 1 of the current attempt fails while the page is open: the refresh a job update brings (the page's
+    # socket calls it; this server has no WebSocket) marks it and unfolds it, leaving the others as they are.
+    page.evaluate("() => { document.getElementById('log-2-0').open = false; }")
+    fail(second, rank=1, exit_code=2)
+    page.evaluate("() => window.jobsite.page.loadLive()")
+    page.wait_for_selector("#log-2-1[data-failed] summary .failed-mark")
+    assert page.locator("#log-2-1 summary .failed-mark").inner_text() == "failed · exit 2"
+    assert page.locator("#log-2-1").evaluate("el => el.open") is True
+    assert page.locator("#log-2-0").evaluate("el => el.open") is False  # folded by the reader: stays so
+    assert page.locator("#log-2-0 .failed-mark").count() == 0
+    page.wait_for_selector("#status-card dd.failed-rank")
+    assert page.locator("#status-card dd.failed-rank").inner_text() == "replica 1 failed first in attempt 2"
+    assert page.locator("table.attempts td.failed-rank").all_inner_texts() == ["replica 0 failed", "replica 1 failed"]
+    page.screenshot(path=str(ARTIFACTS / "ui-detail-failed-rank-live.png"), full_page=True)
