@@ -414,7 +414,8 @@ def job_terminate(*, job: Job, target: str, reason: str, message: str, now: date
 def job_preempt(*, job: Job, by_job_id: int, message: str, now: datetime | None = None) -> Job:
     """Evict a running preemptible job for ``by_job_id``: a training job comes back PENDING (keeping its place
     in the queue, a new attempt, no backoff spent); an interactive one ends PREEMPTED."""
-    target = Phase.PENDING if job.job_type == JobType.TRAINING else Phase.PREEMPTED
+    job_type = Job.objects.filter(pk=job.pk).values_list("job_type", flat=True).get()  # ``job`` may be a stand-in
+    target = Phase.PENDING if job_type == JobType.TRAINING else Phase.PREEMPTED
     job = job_terminate(job=job, target=target, reason="Preempted", message=message, now=now)
     by = Job.objects.filter(pk=by_job_id).first()
     if by:
@@ -426,7 +427,7 @@ def job_preempt(*, job: Job, by_job_id: int, message: str, now: datetime | None 
 
 
 def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_quota: bool = False,
-              now: datetime | None = None) -> Attempt:
+              nominated: bool = False, now: datetime | None = None) -> Attempt:
     """Admit a queued job: a new attempt in PREPARING holding its resources. Launching happens after commit."""
     now = now or timezone.now()
     number = (job.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
@@ -443,6 +444,8 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_q
     message = f"Attempt {number} admitted" + (f" on {attempt.node}" if attempt.node else "")
     if over_quota:
         message += ", over its group's quota on idle resources: first to be preempted"
+    if nominated:
+        message += ", on the resources freed by the jobs it preempted"
     job_transition(job=job, phase=Phase.PREPARING, reason="Admitted", event_reason="Admitted", message=message,
                    current_attempt=attempt, admitted_at=now, exit_code=None, over_quota=over_quota, retry_at=None,
                    now=now)

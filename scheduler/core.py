@@ -62,14 +62,17 @@ class QueuedJob:
     request: Resources  # per replica
     preemptible: bool = False
     not_before: datetime | None = None  # requeued: not admitted before this time
+    # It preempted others and waits for them to end (reason Preempting): what they free is reserved for it, and it
+    # is decided before every other job, so the jobs it evicted (queued again, maybe earlier) cannot take it back.
+    nominated: bool = False
 
     @property
     def total(self) -> dict[str, int]:
         return {r: self.request.get(r, 0) * self.replicas for r in RESOURCES}
 
     @property
-    def order_key(self) -> tuple[int, datetime, int]:
-        return (-self.priority, self.queued_at, self.id)
+    def order_key(self) -> tuple[bool, int, datetime, int]:
+        return (not self.nominated, -self.priority, self.queued_at, self.id)
 
 
 @dataclass
@@ -160,12 +163,14 @@ def _place(job: QueuedJob, nodes: list[Node], *, use_free: bool) -> list[Replica
 
 
 def _commit_placement(job: QueuedJob, nodes: list[Node], placement: list[ReplicaPlacement]) -> None:
+    """Charge ``placement`` to the nodes' free resources (never below zero: a reservation may take resources that
+    are only partly free yet)."""
     by_name = {n.name: n for n in nodes}
     for p in placement:
         node = by_name[p.node]
         for r in RESOURCES:
             if r in node.free:
-                node.free[r] -= job.request.get(r, 0)
+                node.free[r] -= min(job.request.get(r, 0), max(node.free[r], 0))
         if node.free_gpu_ids is not None:
             node.free_gpu_ids = [g for g in node.free_gpu_ids if g not in p.gpu_ids]
 
@@ -304,6 +309,19 @@ class _Decider:
             f"preempting {names} to free {why}; starts once they have terminated"
         )))
 
+    def await_victims(self, job: QueuedJob, why: str) -> None:
+        """A nominated job whose room is being freed by terminating jobs: it keeps its nomination, and what is
+        already free of the placement it will get is reserved for it, so no later job of this pass takes it."""
+        soon_free = [t for t in self.terminating if t.group_id == job.group_id or bool(self.nodes)]
+        if self.nodes:
+            placement = _place(job, _freed_nodes(self.nodes, soon_free), use_free=True)
+            if placement is not None:
+                _commit_placement(job, self.nodes, placement)
+        self.head[job.group_id] = (job, Reason.PREEMPTING)
+        self.outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.PREEMPTING, (
+            f"waiting for the jobs it preempted to terminate to free {why}; their resources are reserved for it"
+        )))
+
     def wait(self, job: QueuedJob, reason: Reason, message: str, *, holds_queue: bool) -> None:
         if holds_queue:
             self.head[job.group_id] = (job, reason)
@@ -338,7 +356,7 @@ class _Decider:
         if job.group_id in self.head:
             blocker, why = self.head[job.group_id]
             waits_for = {Reason.GROUP_QUOTA: "group quota", Reason.CAPACITY: "cluster capacity",
-                         Reason.PREEMPTING: "preempted jobs to terminate"}[why]
+                         Reason.PREEMPTING: "the jobs it preempted to terminate"}[why]
             self.wait(job, Reason.BLOCKED, f"behind job #{blocker.id} ({blocker.name}), which waits for {waits_for}",
                       holds_queue=False)
             return
@@ -350,6 +368,9 @@ class _Decider:
             victims = self.choose_victims(job, self.candidates(job, reclaim=False), check_quota=True)
             if victims:
                 self.preempt(job, victims, why)
+                return
+            if victims == [] and job.nominated:
+                self.await_victims(job, why)
                 return
             soon = " (jobs are terminating)" if victims == [] else ""
             self.wait(job, Reason.GROUP_QUOTA, (
@@ -368,6 +389,9 @@ class _Decider:
                 if victims:
                     self.preempt(job, victims, "cluster capacity")
                     return
+                if victims == [] and job.nominated:
+                    self.await_victims(job, "cluster capacity")
+                    return
                 free_gpu = sum(n.free.get("gpu", 0) for n in self.nodes)
                 self.wait(job, Reason.CAPACITY, (
                     f"waiting for cluster capacity: {free_gpu} GPU free, asks {fmt_amount('gpu', total['gpu'])}"
@@ -380,6 +404,8 @@ class _Decider:
             group.usage[r] = group.usage.get(r, 0) + total[r]
             user_used[r] = user_used.get(r, 0) + total[r]
         message = "admitted over its group's quota, on idle resources (preemptible)" if over_quota else "admitted"
+        if job.nominated:
+            message += ", on the resources freed by the jobs it preempted"  # what job_admit's event says too
         self.outcomes.append(Outcome(job.id, Verdict.ADMIT, Reason.ADMITTED, message, placement=tuple(placement),
                                      over_quota=over_quota))
 

@@ -24,7 +24,18 @@ from . import metrics
 from .actuator import get_actuator
 from .backends import get_backend
 from .backends.base import Backend
-from .core import GroupState, Node, Outcome, QueuedJob, QuotaLimits, ReplicaPlacement, RunningJob, Verdict, decide
+from .core import (
+    GroupState,
+    Node,
+    Outcome,
+    QueuedJob,
+    QuotaLimits,
+    Reason,
+    ReplicaPlacement,
+    RunningJob,
+    Verdict,
+    decide,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +87,7 @@ def snapshot(backend: Backend) -> Snapshot:
             id=j["id"], name=j["name"], group_id=j["group_id"], user_id=j["user_id"], priority=j["priority"],
             queued_at=j["queued_at"], replicas=j["replicas"], preemptible=j["preemptible"], not_before=j["retry_at"],
             request={"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]},
+            nominated=j["phase"] == Phase.PENDING and j["reason"] == Reason.PREEMPTING,
         ))
         shown[j["id"]] = (j["phase"], j["reason"], j["message"], j["queue_position"])
     running = [
@@ -124,7 +136,7 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
                     continue
                 phase, reason, message, position = snap.shown[outcome.job_id]
                 if outcome.verdict == Verdict.ADMIT:
-                    _admit(outcome, phase, requests[outcome.job_id].replicas, backend, now)
+                    _admit(outcome, phase, requests[outcome.job_id], backend, now)
                     result.admitted.append(outcome.job_id)
                     continue
                 target = Phase.PENDING if outcome.verdict == Verdict.WAIT else Phase.INADMISSIBLE
@@ -159,13 +171,13 @@ def refresh_nodes(backend: Backend) -> None:
     services.nodes_record(backend=backend.name, nodes={n.name: dict(n.allocatable) for n in nodes})
 
 
-def _admit(outcome: Outcome, phase: str, replicas: int, backend: Backend, now: datetime | None) -> None:
+def _admit(outcome: Outcome, phase: str, queued: QueuedJob, backend: Backend, now: datetime | None) -> None:
     job = Job.objects.get(pk=outcome.job_id)
     if phase != Phase.PENDING:  # SUBMITTED or INADMISSIBLE: into the queue first, so the trail says so
         services.job_transition(job=job, phase=Phase.PENDING, reason="Queued", now=now)
     placement = [{"node": p.node, "gpu_ids": list(p.gpu_ids)} for p in outcome.placement]
-    services.job_admit(job=job, backend=backend.name, placement=placement or [{"node": ""}] * replicas,
-                       over_quota=outcome.over_quota, now=now)
+    services.job_admit(job=job, backend=backend.name, placement=placement or [{"node": ""}] * queued.replicas,
+                       over_quota=outcome.over_quota, nominated=queued.nominated, now=now)
 
 
 def launch_jobs(job_ids: list[int], *, backend: Backend) -> None:

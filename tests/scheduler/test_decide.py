@@ -189,3 +189,65 @@ def test_over_quota_job_cannot_reclaim():
     run = [running(9, 4, group=RS, over_quota=True, ids=(4, 5, 6, 7)), running(8, 4, priority=50, ids=(0, 1, 2, 3))]
     borrow = QueuedJob(1, "j1", PH, BOB, 50, T0, 1, {"gpu": 4}, preemptible=True)
     assert decided(g, [borrow], [node(8, free=0)], run) == {1: ("wait", "Capacity")}
+
+
+# --- nomination: what a preemptor's victims free is reserved for it --------------------------------------------
+
+
+def reclaim_groups(ph_usage=0, rs_usage=0):
+    """phusers may borrow up to 8 GPUs over its quota of 4; research is guaranteed 4."""
+    return {
+        PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(4, 8, 8)}, {"gpu": ph_usage}),
+        RS: GroupState(RS, "research", {"gpu": QuotaLimits(4, None, 4)}, {"gpu": rs_usage}),
+    }
+
+
+def borrower(id, gpu=4, at=None):
+    return QueuedJob(id, f"j{id}", PH, BOB, 50, at or T0 + timedelta(seconds=id), 1, {"gpu": gpu}, preemptible=True)
+
+
+def nominated(job_):
+    return QueuedJob(**{**job_.__dict__, "nominated": True})
+
+
+NOMINATION_CASES = [
+    ("the evicted borrower, queued earlier, does not take back what its preemptor is owed",
+     reclaim_groups(ph_usage=4), [borrower(2, at=T0), nominated(job(5, LIN, 4, group=RS))], [node(8, free=4)],
+     [running(8, 4, preemptible=False, ids=(0, 1, 2, 3))],
+     {5: ("admit", "Admitted"), 2: ("wait", "Capacity")}),
+    ("a nominated job waiting for its victims keeps its nomination",
+     reclaim_groups(ph_usage=8), [nominated(job(5, LIN, 4, group=RS))], [node(8, free=0)],
+     [running(8, 4, ids=(0, 1, 2, 3)), running(9, 4, over_quota=True, terminating=True, ids=(4, 5, 6, 7))],
+     {5: ("wait", "Preempting")}),
+    ("what is already free of its room is reserved: a later small job does not take it",
+     reclaim_groups(ph_usage=6), [nominated(job(5, LIN, 4, group=RS)), borrower(6, gpu=2)],
+     [Node("n1", {"gpu": 8}, {"gpu": 2}, [6, 7])],
+     [running(7, 2, preemptible=False, ids=(0, 1)), running(8, 2, preemptible=False, ids=(2, 3)),
+      running(9, 2, over_quota=True, terminating=True, ids=(4, 5))],
+     {5: ("wait", "Preempting"), 6: ("wait", "Capacity")}),
+    ("a nominated job that can no longer get room gives up its nomination",
+     reclaim_groups(ph_usage=8), [nominated(job(5, LIN, 4, group=RS))], [node(8, free=0)],
+     [running(8, 8, preemptible=False, ids=tuple(range(8)))],
+     {5: ("wait", "Capacity")}),
+]
+
+
+@pytest.mark.parametrize("groups_, jobs, nodes, run, expected", [c[1:] for c in NOMINATION_CASES],
+                         ids=[c[0] for c in NOMINATION_CASES])
+def test_nomination(groups_, jobs, nodes, run, expected):
+    assert decided(groups_, jobs, nodes, run) == expected
+
+
+def test_a_pass_never_evicts_and_readmits_the_same_job():
+    """Pass after pass, a reclaim converges: one eviction, the owed job runs, the borrower waits."""
+    g = reclaim_groups(ph_usage=8)
+    run = [running(8, 4, preemptible=False, ids=(0, 1, 2, 3)), running(9, 4, over_quota=True, ids=(4, 5, 6, 7))]
+    owed = job(5, LIN, 4, group=RS)
+    outcomes = {o.job_id: o for o in decide(g, [owed], [node(8, free=0)], run)}
+    assert (outcomes[9].verdict, outcomes[5].reason) == (Verdict.PREEMPT, Reason.PREEMPTING)
+    # Job 9 has terminated and is queued again, before the owed job; the owed job is nominated.
+    g = reclaim_groups(ph_usage=4)
+    again = borrower(9, at=T0 - timedelta(hours=1))
+    outcomes = {o.job_id: o for o in decide(g, [again, nominated(owed)], [node(8, free=4)], run[:1])}
+    assert outcomes[5].verdict == Verdict.ADMIT and "freed by the jobs it preempted" in outcomes[5].message
+    assert outcomes[9].verdict == Verdict.WAIT and not any(o.verdict == Verdict.PREEMPT for o in outcomes.values())

@@ -168,3 +168,33 @@ def test_pending_reason_names_the_quota_with_numbers(submit, clock):
     assert waiting.reason == "GroupQuota"
     assert waiting.message == "waiting for group GPU quota of phusers: 4 GPU used of 4 GPU, asks 2 GPU"
     assert waiting.queue_position == 1
+
+
+def test_inadmissible_reason_follows_quota_changes_and_returns_to_pending(submit, world):
+    from jobs.models import GroupQuota
+
+    blocker = submit("pan", "gpu-4", command="sleep 600")  # holds phusers' 4 GPUs: bob's job can only wait
+    schedule_pass()
+    job = submit("bob", "gpu-2", replicas=2, command="true")
+    quotas = GroupQuota.objects.filter(group=world.groups["phusers"], resource="gpu")
+    quotas.update(user_quota=2)  # an admin lowers bob's quota below what the job asks
+    schedule_pass()
+    job.refresh_from_db()
+    assert (job.phase, job.reason) == (Phase.INADMISSIBLE, "ExceedsUserQuota")
+    quotas.update(user_quota=4, quota=2)
+    schedule_pass()
+    job.refresh_from_db()
+    assert (job.phase, job.reason) == (Phase.INADMISSIBLE, "ExceedsGroupQuota")
+    assert job.message == "asks 4 GPU, more than the group GPU quota 2 GPU of phusers"
+    schedule_pass()  # unchanged: no new event
+    assert list(job.events.filter(type="Warning").values_list("reason", flat=True)) == [
+        "ExceedsUserQuota", "ExceedsGroupQuota"]
+    quotas.update(quota=4)
+    schedule_pass()
+    job.refresh_from_db()
+    assert (job.phase, job.reason) == (Phase.PENDING, "GroupQuota")  # it could fit now: back in the queue
+    quotas.update(quota=2)
+    schedule_pass()
+    job.refresh_from_db()
+    assert (job.phase, job.reason) == (Phase.INADMISSIBLE, "ExceedsGroupQuota")  # and back
+    services.job_cancel(job=blocker, by=blocker.user)

@@ -279,3 +279,42 @@ def test_every_rank_exiting_0_succeeds(submit):
     run_until(job, {Phase.SUCCEEDED, Phase.FAILED, Phase.BACKOFF})
     assert (job.phase, job.exit_code, job.message) == (Phase.SUCCEEDED, 0, "All replicas exited with code 0")
     assert job.attempts.get().failed_rank is None
+
+
+# --- preemption that converges -----------------------------------------------------------------------------------
+
+
+def test_reclaim_converges_the_owed_job_runs_and_the_borrower_is_evicted_once(submit, world):
+    from jobs.models import GroupQuota
+
+    GroupQuota.objects.filter(group=world.groups["phusers"], resource="gpu").update(limit=8)
+    within = submit("bob", "gpu-4", command="sleep 600", preemptible=True)
+    borrower = submit("pan", "gpu-4", command="sleep 600", preemptible=True)
+    run_until(within, {Phase.RUNNING})
+    run_until(borrower, {Phase.RUNNING})
+    assert borrower.over_quota and not within.over_quota
+    owed = submit("lin", "gpu-4", group="research", command="sleep 600")
+    run_until(owed, {Phase.RUNNING}, timeout=30)
+    for _ in range(5):  # pass after pass: nothing moves any more
+        tick()
+    for job in (within, borrower, owed):
+        job.refresh_from_db()
+    assert (within.phase, owed.phase, borrower.phase) == (Phase.RUNNING, Phase.RUNNING, Phase.PENDING)
+    assert borrower.attempts.count() == 1 and borrower.events.filter(reason="Preempted").count() == 1
+    assert f"preempted by job #{owed.pk}" in borrower.events.get(reason="Preempted").message
+    assert "freed by the jobs it preempted" in owed.events.get(reason="Admitted").message
+    for job in (within, borrower, owed):
+        services.job_cancel(job=job, by=job.user)
+    run_until(owed, {Phase.CANCELLED})
+
+
+def test_a_preempted_interactive_job_ends_preempted(submit):
+    notebook = submit("bob", "gpu-4", command="sleep 600", preemptible=True, priority=0, job_type="interactive")
+    run_until(notebook, {Phase.RUNNING})
+    high = submit("pan", "gpu-4", command="sleep 600", priority=100)
+    run_until(notebook, {Phase.PREEMPTED, Phase.PENDING}, timeout=30)
+    assert (notebook.phase, notebook.status, notebook.reason) == (Phase.PREEMPTED, "Preempted", "Preempted")
+    assert notebook.attempts.count() == 1
+    run_until(high, {Phase.RUNNING})
+    services.job_cancel(job=high, by=high.user)
+    run_until(high, {Phase.CANCELLED})
