@@ -44,6 +44,21 @@ def fmt_amount(resource: str, amount: int | None) -> str:
     return f"{gib:g} GiB" if amount % (1 << 20) == 0 else f"{amount} B memory"
 
 
+def fmt_duration(total: float) -> str:
+    """5400 → "1h 30m", 86400 → "1d", 42 → "42s"."""
+    total = int(max(total, 0))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {seconds:02d}s"
+    return f"{seconds}s"
+
+
 def retry_delay(failures: int) -> int:
     """Seconds before retry number ``failures`` of a failed training attempt: 10 s doubling, at most 6 min."""
     return min(10 * 2 ** (failures - 1), 360)

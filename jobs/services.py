@@ -20,8 +20,8 @@ from django.utils import timezone
 from . import limits, rules
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, JobType, Phase, Priority, Resource
 from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership, Node
-from .rules import QuotaLimits, fmt_amount
-from .state_machine import InvalidTransition, check_transition
+from .rules import QuotaLimits, fmt_amount, fmt_duration
+from .state_machine import ERROR_STATUSES, InvalidTransition, check_transition
 from .wakeup import request_pass
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,15 @@ def event_record(
     return event
 
 
+# Event types as Kubernetes means them: Warning for failures, evictions and anything a person should look at.
+WARNING_STATUSES = frozenset({"Error", "Fail", *ERROR_STATUSES})
+WARNING_REASONS = frozenset({
+    "Error", "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "FailedImagePull", "ContainerCannotRun",
+    "NodeLost", "NodeUnresponsive", "Preempted", "Evicted", "OOMKilled", "DeadlineExceeded", "RequeueLimitExceeded",
+    "Requeued",
+})
+
+
 @transaction.atomic
 def job_transition(
     *,
@@ -118,6 +127,10 @@ def job_transition(
         current.termination_target = ""
     if phase not in RESOURCE_PHASES:
         current.over_quota = False
+    if phase == Phase.PENDING and old_phase != Phase.PENDING:
+        # Queued again (retry, requeue, preemption, restart): what the job shows is no longer an attempt's; the
+        # ended attempt keeps its own exit code and times.
+        current.exit_code = current.admitted_at = current.started_at = None
     if phase in TERMINAL_PHASES:
         current.finished_at = now
         current.expires_at = now + timedelta(seconds=current.ttl_seconds_after_finished)
@@ -139,7 +152,8 @@ def job_transition(
 
     current.save()
     if changed:
-        warning = status in {"Error", "Fail"} or phase in {Phase.FAILED, Phase.INADMISSIBLE, Phase.UNKNOWN}
+        warning = (status in WARNING_STATUSES or reason in WARNING_REASONS
+                   or phase in {Phase.FAILED, Phase.INADMISSIBLE, Phase.UNKNOWN})
         event_record(
             job=current,
             attempt=attempt,
@@ -517,7 +531,15 @@ def jobs_release_backoff(*, now: datetime | None = None) -> int:
 
 def job_mark_cleaned(*, job_id: int, now: datetime) -> None:
     """The job's working directories or pods are gone (TTL); its row, events and logs stay."""
-    Job.objects.filter(pk=job_id).update(cleaned_at=now)
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id, cleaned_at__isnull=True).first()
+        if job is None:
+            return
+        job.cleaned_at = now
+        job.save(update_fields=["cleaned_at"])
+        event_record(job=job, reason="CleanedUp", message=(
+            f"Working directories and pods deleted {fmt_duration(job.ttl_seconds_after_finished)} after the end "
+            "(ttl_seconds_after_finished); the logs are kept"))
 
 
 

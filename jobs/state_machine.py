@@ -108,10 +108,16 @@ ERROR_STATUSES = frozenset(
 )
 
 
+# Statuses shown in orange whatever their phase: waiting, e.g. a pod no node has taken yet (Run:ai's Pending).
+WAITING_STATUSES = frozenset({"Pending"})
+
+
 def color_for(phase: str, status: str) -> str:
     """The colour of a job, derived from its phase and status (never stored)."""
     if status in ERROR_STATUSES:
         return Color.RED
+    if status in WAITING_STATUSES:
+        return Color.ORANGE
     return PHASE_COLORS[Phase(phase)]
 
 

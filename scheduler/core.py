@@ -364,7 +364,8 @@ class _Decider:
         miss = self.quota_room(job, [])
         if miss:
             r, used, limit = miss
-            why = f"group {_label(r)} quota"
+            # A preemptible job is held at the group's limit (it may borrow up to it), others at the quota.
+            why = f"group {_label(r)} {'quota' if limit == group.quotas.get(r, QuotaLimits()).quota else 'limit'}"
             victims = self.choose_victims(job, self.candidates(job, reclaim=False), check_quota=True)
             if victims:
                 self.preempt(job, victims, why)

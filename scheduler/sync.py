@@ -19,7 +19,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from jobs import services
-from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, Phase
+from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
 from jobs.models import Attempt, Job
 from jobs.state_machine import InvalidTransition
 
@@ -144,7 +144,7 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                     status = services.terminated_status(target, job.reason)
                     services.job_transition(job=job, phase=target, status=status, reason=job.reason,
                                             message=job.message, exit_code=action.exit_code, now=now,
-                                            event_reason="Terminated")
+                                            event_reason="Terminated", event_type=EventType.NORMAL)
     # After the writes committed (sync runs outside any transaction of its own), whatever the backend call does.
     for call in calls:
         call()

@@ -8,6 +8,7 @@ from django import template
 from django.utils import timezone
 
 from jobs.choices import Phase
+from jobs.rules import fmt_duration
 
 register = template.Library()
 
@@ -23,26 +24,12 @@ def status_badge(job) -> dict:
     }
 
 
-def _human_seconds(total: float) -> str:
-    total = int(max(total, 0))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {seconds:02d}s"
-    return f"{seconds}s"
-
-
 @register.filter
 def seconds(value) -> str:
     """86400 → "1d", 5400 → "1h 30m"; empty stays empty."""
     if value is None or value == "":
         return ""
-    return _human_seconds(float(value))
+    return fmt_duration(float(value))
 
 
 def _span(start: datetime | None, end: datetime | None) -> float | None:
@@ -56,13 +43,13 @@ def job_duration(job) -> str:
     """Time since admission (holding resources), until the job ended; "—" while it has not been admitted."""
     start = job.admitted_at or job.started_at
     span = _span(start, job.finished_at if job.finished_at and start and job.finished_at >= start else None)
-    return "—" if span is None else _human_seconds(span)
+    return "—" if span is None else fmt_duration(span)
 
 
 @register.filter
 def attempt_duration(attempt) -> str:
     span = _span(attempt.started_at, attempt.ended_at)
-    return "—" if span is None else _human_seconds(span)
+    return "—" if span is None else fmt_duration(span)
 
 
 @register.filter

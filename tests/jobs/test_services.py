@@ -87,6 +87,60 @@ def test_retry_then_fail_after_backoff_limit(submit):
     assert (job.phase, job.status, job.exit_code) == (Phase.FAILED, "Fail", 3)
 
 
+def admitted(submit, **spec):
+    job = submit("bob", **spec)
+    schedule_pass()
+    job.refresh_from_db()
+    assert job.phase == Phase.PREPARING
+    return job
+
+
+@pytest.mark.parametrize("phase, status, reason, expected", [
+    (Phase.RUNNING, "CrashLoopBackOff", "CrashLoopBackOff", "Warning"),
+    (Phase.PREPARING, "ErrImagePull", "", "Warning"),
+    (Phase.PREPARING, "Pending", "", "Normal"),
+    (Phase.TERMINATING, None, "Preempted", "Warning"),
+    (Phase.TERMINATING, None, "FailedImagePull", "Warning"),
+    (Phase.TERMINATING, None, "CancelledByUser", "Normal"),
+    (Phase.PENDING, None, "NodeLost", "Warning"),
+    (Phase.RUNNING, None, "", "Normal"),
+    (Phase.UNKNOWN, None, "NodeUnresponsive", "Warning"),
+])
+def test_event_types_follow_kubernetes_meaning(submit, phase, status, reason, expected):
+    job = admitted(submit)
+    if phase == Phase.PENDING:  # NodeLost: from UNKNOWN
+        services.job_transition(job=job, phase=Phase.UNKNOWN, reason="NodeUnresponsive")
+    services.job_transition(job=job, phase=phase, status=status, reason=reason, message="m",
+                            **({"termination_target": Phase.CANCELLED} if phase == Phase.TERMINATING else {}))
+    assert job.events.last().type == expected
+
+
+def test_queued_again_shows_no_earlier_attempts_exit_code_or_times(submit):
+    job = admitted(submit, backoff_limit=0)
+    services.job_transition(job=job, phase=Phase.RUNNING)
+    services.job_retry_or_fail(job=job, exit_code=3, reason="Error", message="exit 3")
+    job.refresh_from_db()
+    assert (job.phase, job.exit_code) == (Phase.FAILED, 3) and job.started_at and job.admitted_at
+    services.job_restart(job=job, by=job.user)
+    job.refresh_from_db()
+    assert (job.phase, job.exit_code, job.started_at, job.admitted_at, job.finished_at) == (
+        Phase.PENDING, None, None, None, None)
+    attempt = job.attempts.get()
+    assert attempt.exit_code == 3 and attempt.ended_at is not None  # the attempt keeps its own
+
+
+def test_ttl_cleanup_is_recorded_once_with_an_event(submit):
+    job = admitted(submit)
+    services.job_transition(job=job, phase=Phase.SUCCEEDED, exit_code=0)
+    now = timezone.now()
+    services.job_mark_cleaned(job_id=job.pk, now=now)
+    services.job_mark_cleaned(job_id=job.pk, now=now + timedelta(seconds=5))
+    job.refresh_from_db()
+    assert job.cleaned_at == now
+    [event] = job.events.filter(reason="CleanedUp")
+    assert event.type == "Normal" and "after the end" in event.message and "logs are kept" in event.message
+
+
 @pytest.mark.parametrize("field, data", [
     ("group", {"group": "nope"}),
     ("group", {"group": "other"}),  # bob is not a member

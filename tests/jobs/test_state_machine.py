@@ -65,6 +65,7 @@ def test_terminal_and_resource_groups():
     (P.SUBMITTED, "Submitted", Color.ORANGE),
     (P.INADMISSIBLE, "Inadmissible", Color.ORANGE),
     (P.PREPARING, "ContainerCreating", Color.GREEN),
+    (P.PREPARING, "Pending", Color.ORANGE),  # a pod no node has taken yet
     (P.PREPARING, "ImagePullBackOff", Color.RED),
     (P.RUNNING, "Running", Color.GREEN),
     (P.RUNNING, "CrashLoopBackOff", Color.RED),

@@ -317,6 +317,9 @@ def test_err_image_pull_past_the_grace_fails_the_job(submit, kubelet, run_hooks)
     settle({name: has_waiting("ImagePullBackOff")})
     job = sync_until(job, {Phase.FAILED}, run_hooks)
     assert (job.phase, job.status, job.reason) == (Phase.FAILED, "Fail", "FailedImagePull")
+    # The failure is the Warning; that the pod is then gone is Normal, as Kubernetes types its events.
+    assert job.events.get(reason="FailedImagePull").type == "Warning"
+    assert job.events.get(reason="Terminated").type == "Normal"
     assert "Back-off pulling image" in job.message
 
 

@@ -251,3 +251,11 @@ def test_a_pass_never_evicts_and_readmits_the_same_job():
     outcomes = {o.job_id: o for o in decide(g, [again, nominated(owed)], [node(8, free=4)], run[:1])}
     assert outcomes[5].verdict == Verdict.ADMIT and "freed by the jobs it preempted" in outcomes[5].message
     assert outcomes[9].verdict == Verdict.WAIT and not any(o.verdict == Verdict.PREEMPT for o in outcomes.values())
+
+
+def test_a_preemptible_job_held_at_its_groups_limit_says_limit():
+    g = {PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(4, 8, 8)}, {"gpu": 8}, {PAN: {"gpu": 8}})}
+    [outcome] = decide(g, [borrower(1, gpu=2)], [])
+    assert outcome.message == "waiting for group GPU limit of phusers: 8 GPU used of 8 GPU, asks 2 GPU"
+    [outcome] = decide(g, [job(2, BOB, 2)], [])
+    assert outcome.message.startswith("waiting for group GPU quota of phusers: 8 GPU used of 4 GPU")
