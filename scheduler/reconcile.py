@@ -11,7 +11,7 @@ The rules, in order (DESIGN.md §2–3):
   period, once; force-stopped only when a replica's node is lost or they are still there ``stuck_after`` seconds
   after the stop (never merely because a grace period elapsed on our side);
 - a lost replica makes the job UNKNOWN; after ``node_lost_grace`` the attempt fails as NodeLost, its replicas are
-  force-stopped and the job is requeued without spending its backoff;
+  force-stopped and, once they are gone, the job is requeued without spending its backoff;
 - a replica that cannot run at all fails the job (no retry);
 - interactive jobs restart in place (CrashLoopBackOff, growing delay) when all replicas ended;
 - one attempt, one fate (``attempt_fate``): an attempt succeeded only when every replica exited 0; it failed as
@@ -131,6 +131,7 @@ class RetryOrFail:
 @dataclass(frozen=True)
 class FinishTermination:
     exit_code: int | None
+    abandoned: str = ""  # replicas still there long after a forced stop: given up on, said in a Warning event
 
 
 Action = Launch | Stop | Relaunch | CountRestart | Transition | Terminate | RetryOrFail | FinishTermination
@@ -177,9 +178,11 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
         if job.phase != Phase.UNKNOWN:
             return [Transition(Phase.UNKNOWN, reason="NodeUnresponsive", message=message)]
         if now - (job.updated_at or now) >= timedelta(seconds=timing.node_lost_grace):
-            # Lost through no fault of the job: retried without spending its backoff.
-            return [Transition(Phase.PENDING, reason="NodeLost",
-                               message=f"{message}; the attempt failed as NodeLost, requeued"),
+            # Lost through no fault of the job: retried without spending its backoff, once what is left of the
+            # attempt is gone (its GPUs are not handed to anyone while its processes or pods may still be there).
+            return [Terminate(Phase.PENDING, "NodeLost",
+                              f"{message}; the attempt failed as NodeLost: force-stopping what is left of it, "
+                              "then requeued"),
                     Stop(force=True, why="node lost")]
         return []
     broken = next((o for o in seen if o.state == S.FAILED), None)
@@ -250,20 +253,33 @@ def _progress(status: str) -> int | None:
 
 def _terminating(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> list[Action]:
     if all(o.state in ENDED and not o.present for o in seen):
-        if job.termination_target == Phase.BACKOFF:  # a failed attempt, now stopped: its first failure decides
-            return [RetryOrFail(job.exit_code, job.message.removesuffix(STOPPING_OTHERS), failed_rank=job.failed_rank)]
-        codes = [o.exit_code for o in seen if o.exit_code is not None]
-        return [FinishTermination(next((c for c in codes if c != 0), codes[0] if codes else None))]
+        return [_finish(job, seen)]
+    lost = any(o.state == S.LOST for o in seen)
     if not job.stop_sent:
-        return [Stop(force=False, why="graceful")]
-    if job.stop_sent == "forced":
-        return []
-    if any(o.state == S.LOST for o in seen):
-        return [Stop(force=True, why="node lost")]
+        return [Stop(force=lost, why="node lost" if lost else "graceful")]
     since = job.terminating_since or now
-    if now - since > timedelta(seconds=timing.stuck_after):
-        return [Stop(force=True, why=f"still there {int((now - since).total_seconds())} s after the stop")]
+    waited = int((now - since).total_seconds())
+    if job.stop_sent == "forced":
+        if waited > 2 * timing.stuck_after:  # bounded: a TERMINATING job always reaches its end
+            left = ", ".join(str(o.rank) for o in seen if o.present or o.state not in ENDED)
+            return [_finish(job, seen, abandoned=(
+                f"replica(s) {left} still there {waited} s after being killed: given up on, resources released"))]
+        return []
+    if lost:
+        return [Stop(force=True, why="node lost")]
+    if waited > timing.stuck_after:
+        return [Stop(force=True, why=f"still there {waited} s after the stop")]
     return []
+
+
+def _finish(job: JobView, seen: list[ReplicaObservation], abandoned: str = "") -> Action:
+    """The end of a termination: a failed attempt (target BACKOFF) is retried or failed by its first failure's
+    code; any other ends in its target with the first non-zero code seen."""
+    if job.termination_target == Phase.BACKOFF:
+        message = job.message.removesuffix(STOPPING_OTHERS) + (f"; {abandoned}" if abandoned else "")
+        return RetryOrFail(job.exit_code, message, failed_rank=job.failed_rank)
+    codes = [o.exit_code for o in seen if o.exit_code is not None]
+    return FinishTermination(next((c for c in codes if c != 0), codes[0] if codes else None), abandoned=abandoned)
 
 
 def _restart_in_place(job: JobView, seen: list[ReplicaObservation], now: datetime) -> list[Action]:

@@ -142,9 +142,11 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                 case FinishTermination():
                     target = job.termination_target or Phase.CANCELLED
                     status = services.terminated_status(target, job.reason)
+                    message = f"{job.message}; {action.abandoned}" if action.abandoned else job.message
                     services.job_transition(job=job, phase=target, status=status, reason=job.reason,
-                                            message=job.message, exit_code=action.exit_code, now=now,
-                                            event_reason="Terminated", event_type=EventType.NORMAL)
+                                            message=message, exit_code=action.exit_code, now=now,
+                                            event_reason="Terminated",
+                                            event_type=EventType.WARNING if action.abandoned else EventType.NORMAL)
     # After the writes committed (sync runs outside any transaction of its own), whatever the backend call does.
     for call in calls:
         call()

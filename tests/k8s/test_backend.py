@@ -367,11 +367,16 @@ def test_lost_node_past_the_grace_force_deletes_the_pod_and_requeues(submit, kub
     sync_jobs()
     job.refresh_from_db()
     assert job.phase == Phase.UNKNOWN
-    run_hooks(sync_jobs, now=job.updated_at + timedelta(minutes=10))
+    later = job.updated_at + timedelta(minutes=10)
+    run_hooks(sync_jobs, now=later)
     job.refresh_from_db()
-    assert (job.phase, job.reason) == (Phase.PENDING, "NodeLost")
+    assert (job.phase, job.reason) == (Phase.TERMINATING, "NodeLost")  # its GPUs held until the pod is gone
     [delete] = [q for m, p, q, _ in k8s.emu.journal if m == "DELETE" and p.endswith(f"/pods/{name}")]
     assert delete["gracePeriodSeconds"] == "0"  # forced: the node will not confirm
+    settle({name: None})
+    run_hooks(sync_jobs, now=later)
+    job.refresh_from_db()
+    assert (job.phase, job.reason) == (Phase.PENDING, "NodeLost")
 
 
 def test_reconcile_deletes_orphans_only(submit, core, kubelet, k8s):

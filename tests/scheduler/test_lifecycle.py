@@ -150,9 +150,11 @@ def test_lost_replica_goes_unknown_then_retried_without_spending_backoff(submit,
     os.killpg(int((state / "runner.pid").read_text().split()[0]), signal.SIGKILL)  # the supervisor dies
     wait_for(job, {Phase.UNKNOWN}, clock)
     assert job.reason == "NodeUnresponsive" and "supervisor of replica 0" in job.message
-    clock(now=timezone.now() + timedelta(seconds=settings.JOBSITE_NODE_LOST_GRACE_SECONDS + 1))
+    later = timezone.now() + timedelta(seconds=settings.JOBSITE_NODE_LOST_GRACE_SECONDS + 1)
+    clock(now=later)
     job.refresh_from_db()
-    assert job.phase in (Phase.PENDING, Phase.PREPARING, Phase.RUNNING)
+    assert (job.phase, job.reason) == (Phase.TERMINATING, "NodeLost")  # until nothing of the attempt is left
+    wait_for(job, {Phase.PENDING, Phase.PREPARING, Phase.RUNNING}, clock, now=later)
     assert job.attempts.get(number=1).outcome == "NodeLost"
     wait_for(job, {Phase.RUNNING}, clock)
     assert job.current_attempt.number == 2  # retried although backoff_limit is 0

@@ -153,10 +153,29 @@ CASES = [
      [Transition(Phase.UNKNOWN, reason="NodeUnresponsive", message="node gpu-a is unresponsive")]),
     ("UNKNOWN within the grace: wait", job(phase=Phase.UNKNOWN, updated_at=ago(100)),
      [r(0, S.LOST, message="lost")], []),
-    ("UNKNOWN past the grace: NodeLost, requeued, force-stopped", job(phase=Phase.UNKNOWN, updated_at=ago(301)),
-     [r(0, S.LOST, message="lost")],
-     [Transition(Phase.PENDING, reason="NodeLost", message="lost; the attempt failed as NodeLost, requeued"),
-      Stop(force=True, why="node lost")]),
+    ("UNKNOWN past the grace: NodeLost, force-stopped, requeued once gone",
+     job(phase=Phase.UNKNOWN, updated_at=ago(301)), [r(0, S.LOST, message="lost")],
+     [Terminate(Phase.PENDING, "NodeLost", "lost; the attempt failed as NodeLost: force-stopping what is left of "
+                                           "it, then requeued"), Stop(force=True, why="node lost")]),
+    ("NodeLost, its processes still there: wait (its GPUs stay held)",
+     job(phase=Phase.TERMINATING, termination_target=Phase.PENDING, stop_sent="forced", terminating_since=ago(5)),
+     [r(0, S.LOST, present=True)], []),
+    ("terminating a lost replica, no stop sent yet (scheduler restarted): forced at once",
+     job(phase=Phase.TERMINATING, termination_target=Phase.PENDING, terminating_since=ago(5)),
+     [r(0, S.LOST, present=True)], [Stop(force=True, why="node lost")]),
+    ("forced long ago and still there: given up on, said so (bounded)",
+     job(phase=Phase.TERMINATING, termination_target=Phase.CANCELLED, stop_sent="forced",
+         terminating_since=ago(1300)),
+     [r(0, S.RUNNING, present=True), exited(1, 137)],
+     [FinishTermination(137, abandoned="replica(s) 0 still there 1300 s after being killed: given up on, "
+                                       "resources released")]),
+    ("a failed attempt given up on is still retried by its first failure",
+     job(phase=Phase.TERMINATING, termination_target=Phase.BACKOFF, stop_sent="forced", exit_code=5, failed_rank=1,
+         terminating_since=ago(1300), message="Attempt 1 failed: rank 1 exited with code 5; stopping the other "
+                                               "replicas"),
+     [r(0, S.RUNNING, present=True), exited(1, 5)],
+     [RetryOrFail(5, "Attempt 1 failed: rank 1 exited with code 5; replica(s) 0 still there 1300 s after being "
+                     "killed: given up on, resources released", failed_rank=1)]),
     ("UNKNOWN and back running: RUNNING", job(phase=Phase.UNKNOWN), [r()],
      [Transition(Phase.RUNNING, message="1 replica(s) running")]),
     # --- TERMINATING: graceful, then force only when lost or stuck ---
