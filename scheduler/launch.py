@@ -75,15 +75,21 @@ def attempt_relaunch(job_id: int, *, backend: Backend) -> None:
 
 
 def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:
+    """A replica's own environment: the job's variables, then who and what it is (jobsite's names win).
+
+    The distributed variables (rank, world size, rendezvous, hostfile) are added by the backend at launch with
+    ``replica_launch_env``, since only the backend knows its addresses and ports.
+    """
     gpu_ids = (job.current_attempt.placement.get(str(rank), {}) if job.current_attempt else {}).get("gpu_ids", [])
+    user, group = job.user.get_username(), job.group.name
     return {
         **{k: str(v) for k, v in job.env.items()},
         "JOB_ID": str(job.pk),
         "JOB_NAME": job.name,
-        "JOB_USER": job.user.get_username(),
-        "JOB_GROUP": job.group.name,
+        "JOB_USER": user,
+        "JOB_GROUP": group,
+        "PRIMEHUB_USER": user,
+        "PRIMEHUB_GROUP": group,
         "JOB_ATTEMPT": str(attempt_number),
-        "RANK": str(rank),
-        "WORLD_SIZE": str(job.replicas),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
     }

@@ -1,7 +1,9 @@
 """The pods and headless Service of an attempt, as Kubernetes API objects (plain dicts, camelCase). Pure: no I/O.
 
 One pod per replica, named ``job-<id>-<attempt>-<rank>``; a multi-replica attempt also gets a headless Service
-``job-<id>-<attempt>`` so that every replica reaches rank 0 at ``MASTER_ADDR``. The pod layout follows PrimeHub:
+``job-<id>-<attempt>`` so that every replica reaches rank 0 at ``MASTER_ADDR`` (a single replica is its own rank 0,
+at 127.0.0.1). Every pod carries the attempt's hostfile in an annotation, projected by a downwardAPI volume to
+``/etc/jobsite/hostfile`` (``JOB_HOSTFILE``): no ConfigMap, no extra RBAC. The pod layout follows PrimeHub:
 the working directory is an emptyDir at /home/jovyan with a size limit, the group volume is mounted at
 /project/<group> and datasets at /datasets/<name>, both linked from the working directory by a small init
 container.
@@ -24,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .base import LaunchReplica, LaunchSpec
+from .base import LaunchReplica, LaunchSpec, hostfile_text, replica_launch_env
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "jobsite"
@@ -37,6 +39,10 @@ SELECTOR = f"{MANAGED_BY}={MANAGER}"
 CONTAINER = "main"
 WORKDIR = "/home/jovyan"
 MASTER_PORT = 29500
+LOOPBACK = "127.0.0.1"  # rank 0 of a single-replica attempt is the pod itself
+HOSTFILE_ANNOTATION = "jobsite/hostfile"
+HOSTFILE_DIR = "/etc/jobsite"
+HOSTFILE_PATH = f"{HOSTFILE_DIR}/hostfile"
 GPU_RESOURCE = "nvidia.com/gpu"
 TERMINATION_GRACE_SECONDS = 30
 # The pod's own deadline is a backstop for when jobsite is down: jobsite times the job out first.
@@ -51,6 +57,15 @@ def pod_name(job_id: int, attempt_number: int, rank: int) -> str:
 
 def service_name(job_id: int, attempt_number: int) -> str:
     return f"job-{job_id}-{attempt_number}"
+
+
+def replica_hosts(spec: LaunchSpec) -> list[str]:
+    """The address of each replica, in rank order: its DNS name under the headless Service, or the loopback
+    address when the attempt has a single replica (and no Service)."""
+    if len(spec.replicas) < 2:
+        return [LOOPBACK]
+    svc = service_name(spec.job_id, spec.attempt_number)
+    return [f"{pod_name(spec.job_id, spec.attempt_number, r.rank)}.{svc}" for r in spec.replicas]
 
 
 def attempt_labels(job_id: int, attempt_number: int) -> dict[str, str]:
@@ -206,21 +221,24 @@ def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *
     if spec.group:
         labels[LABEL_GROUP] = spec.group
     annotations = {k: v for k, v in {"jobsite/job-name": spec.job_name, "jobsite/user": spec.user}.items() if v}
+    hosts = replica_hosts(spec)
+    annotations[HOSTFILE_ANNOTATION] = hostfile_text(hosts, gpus=int(spec.request.get("gpu", 0)))
 
-    env = {k: v for k, v in replica.env.items() if k not in DEVICE_ENV}
+    env = replica_launch_env(spec, replica, master_addr=hosts[0], master_port=MASTER_PORT, hostfile=HOSTFILE_PATH)
+    env = {k: v for k, v in env.items() if k not in DEVICE_ENV}
     multi = len(spec.replicas) > 1
-    if multi:
-        svc = service_name(spec.job_id, spec.attempt_number)
-        env["MASTER_ADDR"] = f"{pod_name(spec.job_id, spec.attempt_number, 0)}.{svc}"
-        env["MASTER_PORT"] = str(MASTER_PORT)
 
     volumes: list[dict] = [
         {"name": "workdir", "emptyDir": {"sizeLimit": defaults.workdir_size}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": "hostfile", "downwardAPI": {"items": [{
+            "path": "hostfile", "fieldRef": {"fieldPath": f"metadata.annotations['{HOSTFILE_ANNOTATION}']"},
+        }]}},
     ]
     mounts: list[dict] = [
         {"name": "workdir", "mountPath": WORKDIR},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True},
     ]
     links: list[tuple[str, str]] = []
     if spec.group_volume and spec.group:

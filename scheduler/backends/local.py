@@ -1,6 +1,7 @@
 """The local backend: each replica is a real process on this machine, supervised by ``local_runner.py``.
 
 Layout under JOBSITE_LOCAL_ROOT, one directory per job / attempt / replica:
+  work/job-<id>/attempt-<n>/hostfile        the attempt's hostfile (JOB_HOSTFILE), one line per replica
   work/job-<id>/attempt-<n>/replica-<r>/    the working directory (deleted by TTL)
   state/job-<id>/attempt-<n>/replica-<r>/   runner.pid, child.pid, exit_code (read back after a restart)
   logs/job-<id>/attempt-<n>/replica-<r>.log stdout and stderr (kept)
@@ -12,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -23,12 +25,21 @@ from django.conf import settings
 from jobs.logs import replica_log_path
 from scheduler.core import Node
 
-from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
-from .local_runner import proc_start_time
+from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState, hostfile_text, replica_launch_env
+from .local_runner import proc_start_time, write_atomic
 
 log = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).with_name("local_runner.py")
+# Every replica runs on this machine: rank 0 listens on the loopback interface.
+LOCAL_ADDR = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, chosen by the kernel (bind port 0 and read it back)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
 
 
 def detect_gpus() -> int | None:
@@ -82,7 +93,23 @@ class LocalBackend:
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
         return self._dirs(job_id, attempt_number, rank)[2]
 
+    def hostfile_path(self, *, job_id: int, attempt_number: int) -> Path:
+        return self.root / "work" / f"job-{job_id}" / f"attempt-{attempt_number}" / "hostfile"
+
+    def _write_hostfile(self, spec: LaunchSpec) -> Path:
+        """The attempt's hostfile, written once before its replicas start (atomically: none sees half of it)."""
+        path = self.hostfile_path(job_id=spec.job_id, attempt_number=spec.attempt_number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, hostfile_text([LOCAL_ADDR] * len(spec.replicas), gpus=int(spec.request.get("gpu", 0))))
+        return path
+
     def launch(self, spec: LaunchSpec) -> dict:
+        # One rendezvous per attempt: the same free port and hostfile for every replica.
+        master_port = free_port()
+        try:
+            hostfile = self._write_hostfile(spec)
+        except OSError as exc:
+            raise LaunchError(f"cannot write the hostfile: {exc}") from exc
         started = []
         for replica in spec.replicas:
             work, state, log_file = self._dirs(spec.job_id, spec.attempt_number, replica.rank)
@@ -96,7 +123,8 @@ class LocalBackend:
                     "HOME": str(work),
                     "LANG": os.environ.get("LANG", "C.UTF-8"),
                     "PYTHONUNBUFFERED": "1",
-                    **replica.env,
+                    **replica_launch_env(spec, replica, master_addr=LOCAL_ADDR, master_port=master_port,
+                                         hostfile=str(hostfile)),
                 }
                 argv = [sys.executable, str(RUNNER), str(state), str(log_file), str(work), "--",
                         "/bin/bash", "-c", spec.command]

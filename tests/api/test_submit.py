@@ -128,6 +128,8 @@ BAD_INPUTS = {
     "env not an object": ("bob", {"env": ["A=1"]}, "env"),
     "env string": ("bob", {"env": "A=1"}, "env"),
     "env reserved": ("bob", {"env": {"JOB_ID": "7"}}, "env"),
+    "env reserved for the rendezvous": ("bob", {"env": {"MASTER_PORT": "29500"}}, "env"),
+    "env reserved for torchrun": ("bob", {"env": {"PET_NNODES": "4"}}, "env"),
     "env value object": ("bob", {"env": {"A": {"b": 1}}}, "env"),
     "empty command": ("bob", {"command": ""}, "command"),
     "blank command": ("bob", {"command": "   "}, "command"),

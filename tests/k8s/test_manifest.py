@@ -51,7 +51,8 @@ def test_gpu_pod_asks_for_the_instance_type_and_runs_the_command():
     assert meta["namespace"] == "ns1"
     assert meta["labels"] == {"app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "7",
                               "jobsite/attempt": "2", "jobsite/replica": "0", "jobsite/group": "phusers"}
-    assert meta["annotations"] == {"jobsite/job-name": "train", "jobsite/user": "bob"}
+    assert meta["annotations"] == {"jobsite/job-name": "train", "jobsite/user": "bob",
+                                   "jobsite/hostfile": "127.0.0.1 slots=2\n"}
     [c] = spec["containers"]
     assert c["image"] == "pytorch/pytorch:2"
     assert c["command"] == ["/bin/bash", "-c", "python train.py --epochs 3"]
@@ -61,7 +62,7 @@ def test_gpu_pod_asks_for_the_instance_type_and_runs_the_command():
     env = env_of(pod)
     assert env["RANK"] == "0" and env["WORLD_SIZE"] == "1" and env["JOB_ID"] == "7" and env["LR"] == "0.1"
     assert "CUDA_VISIBLE_DEVICES" not in env  # the device plugin sets it
-    assert "MASTER_ADDR" not in env
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29500")  # its own rank 0
     assert spec["restartPolicy"] == "Never"
     assert "hostname" not in spec and "subdomain" not in spec
     assert spec["automountServiceAccountToken"] is False
@@ -236,3 +237,53 @@ def test_the_job_user_id_comes_from_the_settings_when_they_have_one(settings):
     settings.JOBSITE_K8S_RUN_AS_GROUP = None
     defaults = PodDefaults.from_settings("ns")
     assert (defaults.run_as_user, defaults.run_as_group) == (None, None)
+
+
+HOSTFILE_VOLUME = {"name": "hostfile", "downwardAPI": {"items": [
+    {"path": "hostfile", "fieldRef": {"fieldPath": "metadata.annotations['jobsite/hostfile']"}}]}}
+HOSTFILE_MOUNT = {"name": "hostfile", "mountPath": "/etc/jobsite", "readOnly": True}
+
+
+def test_every_replica_gets_the_distributed_environment_and_the_hostfile():
+    service, pods = build_attempt(make_spec(replicas=2), PodDefaults(namespace="ns"), now=NOW)
+    hostfile = "job-7-2-0.job-7-2 slots=2\njob-7-2-1.job-7-2 slots=2\n"  # the instance type's 2 GPUs each
+    for rank, pod in enumerate(pods):
+        env = env_of(pod)
+        assert {k: env[k] for k in env if k not in ("LR", "JOB_ID", "JOB_NAME", "JOB_USER", "JOB_GROUP",
+                                                     "JOB_ATTEMPT")} == {
+            "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": str(rank),
+            "MASTER_ADDR": "job-7-2-0.job-7-2", "MASTER_PORT": "29500",
+            "PET_NNODES": "2", "PET_NODE_RANK": str(rank), "PET_NPROC_PER_NODE": "2",
+            "PET_MASTER_ADDR": "job-7-2-0.job-7-2", "PET_MASTER_PORT": "29500",
+            "JOB_HOSTFILE": "/etc/jobsite/hostfile",
+        }
+        # The hostfile is the pod's annotation, projected by the downward API at JOB_HOSTFILE: no ConfigMap.
+        assert pod["metadata"]["annotations"]["jobsite/hostfile"] == hostfile
+        assert HOSTFILE_VOLUME in pod["spec"]["volumes"]
+        assert HOSTFILE_MOUNT in pod["spec"]["containers"][0]["volumeMounts"]
+        kubernetes_validate.validate(pod, "1.33", strict=True)
+    # Rank 0 listens on the port the headless Service names.
+    assert service["spec"]["ports"][0]["port"] == 29500
+
+
+def test_a_single_replica_is_its_own_rank_0_on_the_loopback_address():
+    service, [pod] = build_attempt(make_spec(request={"cpu": 500}), PodDefaults(namespace="ns"), now=NOW)
+    assert service is None
+    env = env_of(pod)
+    assert (env["RANK"], env["WORLD_SIZE"], env["NODE_RANK"], env["LOCAL_RANK"]) == ("0", "1", "0", "0")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29500")
+    assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"], env["PET_NNODES"]) == ("127.0.0.1", "29500", "1")
+    assert env["PET_NPROC_PER_NODE"] == "1"  # no GPU: still one worker
+    assert pod["metadata"]["annotations"]["jobsite/hostfile"] == "127.0.0.1 slots=1\n"
+    assert HOSTFILE_VOLUME in pod["spec"]["volumes"]
+    assert HOSTFILE_MOUNT in pod["spec"]["containers"][0]["volumeMounts"]
+
+
+def test_the_schedulers_distributed_variables_win_over_the_jobs_own_env():
+    spec = make_spec(replicas=2)
+    spec.replicas[1].env.update(MASTER_ADDR="elsewhere", MASTER_PORT="1", NODE_RANK="5", PET_NNODES="9")
+    _, pods = build_attempt(spec, PodDefaults(namespace="ns"), now=NOW)
+    env = env_of(pods[1])
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("job-7-2-0.job-7-2", "29500")
+    assert (env["NODE_RANK"], env["PET_NNODES"], env["LR"]) == ("1", "2", "0.1")
+    assert [e["name"] for e in pods[1]["spec"]["containers"][0]["env"]].count("MASTER_ADDR") == 1
