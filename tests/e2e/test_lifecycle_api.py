@@ -88,3 +88,20 @@ def test_pending_job_reason_names_the_quota_with_numbers(api):
     assert waiting["queue_position"] == 1
     api.post("bob", holder, "cancel")
     api.wait("pan", waiting, {"SUCCEEDED"}, timeout=40)
+
+
+def test_a_failing_rank_retries_the_attempt_and_jobctl_shows_its_log(api, embedded_server, tmp_path):
+    """Issue's done-when: rank 1 exits 5, backoff_limit 2 → 3 attempts, FAILED, exit 5, named; logs --failed."""
+    from tests.cli.conftest import JOBCTL, Jobctl
+
+    job = api.submit("bob", replicas=2, backoff_limit=2,
+                     command='if [ "$RANK" = 1 ]; then echo "rank 1 gives up"; exit 5; fi; sleep 600')
+    job = api.wait("bob", job, {"FAILED"}, timeout=120)  # backoff 10 s, then 20 s
+    assert (job["status"], job["exit_code"]) == ("Fail", 5)
+    assert "rank 1 exited with code 5" in job["message"]
+    assert [(a["number"], a["failed_rank"], a["exit_code"]) for a in job["attempts"]] == [(n, 1, 5) for n in (1, 2, 3)]
+    jobctl = Jobctl(embedded_server, tmp_path)
+    assert jobctl("login", "--username", "bob", "--password", "smoke-pass").returncode == 0, JOBCTL
+    failed = jobctl("logs", str(job["id"]), "--failed")
+    assert failed.returncode == 0 and failed.stdout.strip() == "rank 1 gives up", failed.stderr
+    assert jobctl("logs", str(job["id"]), "--rank", "0").stdout == ""  # rank 0 only slept
