@@ -6,7 +6,6 @@ kubelet by patching pod status, and wait until the backend's watch has seen each
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,72 +16,14 @@ from jobs import services
 from jobs.choices import Phase
 from scheduler.backends import get_backend
 from scheduler.backends.base import ReplicaState
-from scheduler.backends.kubernetes import RBAC_RULES, KubernetesBackend
+from scheduler.backends.kubernetes import RBAC_RULES
 from scheduler.passes import schedule_pass
 from scheduler.sync import sync_jobs
 
 from .conftest import NAMESPACE, wait_for
+from .helpers import admit_and_launch, backend, has_waiting, name_of, phase_is, settle, sync_until
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _k8s(k8s):
-    return k8s
-
-
-def backend() -> KubernetesBackend:
-    b = get_backend()
-    assert isinstance(b, KubernetesBackend)
-    return b
-
-
-def name_of(job, attempt=1, rank=0):
-    return f"job-{job.pk}-{attempt}-{rank}"
-
-
-def admit_and_launch(job):
-    schedule_pass()
-    sync_jobs()  # launches the admitted, never-launched attempt
-    job.refresh_from_db()
-    assert job.phase == Phase.PREPARING, (job.phase, job.message)
-    return job
-
-
-def settle(predicate_by_name: dict):
-    """Wait until the backend's pod cache shows each pod as its predicate wants (None: the pod is gone)."""
-    b = backend()
-    b.start()
-    informer = b.pods_informer
-    assert informer.wait_synced(5)
-    for name, predicate in predicate_by_name.items():
-        if predicate is None:
-            wait_for(lambda n=name: informer.get(n) is None, what=f"{name} gone from the cache")
-        else:
-            wait_for(lambda n=name, p=predicate: informer.get(n) is not None and p(informer.get(n)),
-                     what=f"{name} in the cache")
-
-
-def phase_is(phase):
-    return lambda pod: (pod.get("status") or {}).get("phase") == phase
-
-
-def has_waiting(reason):
-    def check(pod):
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        return any((c.get("state") or {}).get("waiting", {}).get("reason") == reason for c in statuses)
-
-    return check
-
-
-def sync_until(job, phases, run_hooks, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        run_hooks(sync_jobs)
-        job.refresh_from_db()
-        if job.phase in phases or time.monotonic() > deadline:
-            return job
-        time.sleep(0.02)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("k8s")]
 
 
 def k8s_event(core, name, pod, reason, message, type="Normal", count=1):

@@ -30,14 +30,15 @@ from scheduler.backends.k8s_gang import (
     min_resources,
 )
 from scheduler.backends.k8s_manifest import PodDefaults, build_attempt
-from scheduler.backends.kubernetes import GANG_RBAC_RULES, RBAC_RULES, KubernetesBackend
+from scheduler.backends.kubernetes import GANG_RBAC_RULES, RBAC_RULES
 from scheduler.passes import schedule_pass
 from scheduler.sync import housekeeping, sync_jobs
 
-from .conftest import NAMESPACE, wait_for
+from .conftest import NAMESPACE
+from .helpers import admit_and_launch, backend, name_of, phase_is, settle
 from .test_manifest import GIB, NOW, make_spec
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("k8s")]
 
 MODES = [COSCHEDULING, VOLCANO]
 LABELS = {"app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "7", "jobsite/attempt": "2"}
@@ -46,20 +47,6 @@ SPEC_FIELDS = {
     COSCHEDULING: {"minMember", "minResources", "scheduleTimeoutSeconds"},
     VOLCANO: {"minMember", "minTaskMember", "minResources", "queue", "priorityClassName"},
 }
-
-
-@pytest.fixture(autouse=True)
-def _k8s(k8s):
-    return k8s
-
-
-@pytest.fixture
-def run_hooks(django_capture_on_commit_callbacks):
-    def run(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
 
 
 @pytest.fixture
@@ -79,16 +66,6 @@ def gang(k8s, settings):
     return turn_on
 
 
-def backend() -> KubernetesBackend:
-    b = get_backend()
-    assert isinstance(b, KubernetesBackend)
-    return b
-
-
-def name_of(job, attempt=1, rank=0):
-    return f"job-{job.pk}-{attempt}-{rank}"
-
-
 def pod_names(core) -> set[str]:
     return {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
 
@@ -102,32 +79,6 @@ def podgroups(custom, mode: str) -> dict[str, dict]:
 def podgroup_path(mode: str) -> str:
     api = APIS[mode]
     return f"/apis/{api.group}/{api.version}/namespaces/{NAMESPACE}/{api.plural}"
-
-
-def admit_and_launch(job):
-    schedule_pass()
-    sync_jobs()  # launches the admitted, never-launched attempt
-    job.refresh_from_db()
-    assert job.phase == Phase.PREPARING, (job.phase, job.message)
-    return job
-
-
-def settle(predicate_by_name: dict):
-    """Wait until the backend's pod cache shows each pod as its predicate wants (None: the pod is gone)."""
-    b = backend()
-    b.start()
-    informer = b.pods_informer
-    assert informer.wait_synced(5)
-    for name, predicate in predicate_by_name.items():
-        if predicate is None:
-            wait_for(lambda n=name: informer.get(n) is None, what=f"{name} gone from the cache")
-        else:
-            wait_for(lambda n=name, p=predicate: informer.get(n) is not None and p(informer.get(n)),
-                     what=f"{name} in the cache")
-
-
-def phase_is(phase):
-    return lambda pod: (pod.get("status") or {}).get("phase") == phase
 
 
 def unschedulable(pod):

@@ -11,7 +11,7 @@ from jobs.choices import Phase
 from scheduler.passes import schedule_pass
 from scheduler.sync import housekeeping, sync_jobs
 
-from .test_backend import admit_and_launch, name_of, phase_is, settle, sync_until
+from .helpers import admit_and_launch, name_of, phase_is, settle, sync_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("k8s")]
 
