@@ -58,7 +58,7 @@ def k8s(settings, emulator, tmp_path, monkeypatch):
     get_backend.cache_clear()
 
 
-def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
