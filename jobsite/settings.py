@@ -145,6 +145,8 @@ JOBSITE_LOCAL_ROOT = Path(env.str("JOBSITE_LOCAL_ROOT", default=str(VAR_DIR / "l
 JOBSITE_LOCAL_GPUS = env.int("JOBSITE_LOCAL_GPUS", default=8)
 JOBSITE_LOCAL_USE_NVIDIA_SMI = env.bool("JOBSITE_LOCAL_USE_NVIDIA_SMI", default=True)
 JOBSITE_LOCAL_NODE = env.str("JOBSITE_LOCAL_NODE", default="local")
+# Seconds a launched replica's supervisor may take to start (write its pid); past it the replica is lost.
+JOBSITE_LOCAL_START_TIMEOUT_SECONDS = env.int("JOBSITE_LOCAL_START_TIMEOUT_SECONDS", default=60)
 # Seconds between SIGTERM and SIGKILL when a job is cancelled.
 JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
 JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)

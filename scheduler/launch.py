@@ -25,6 +25,10 @@ def attempt_launch(job_id: int, *, backend: Backend) -> None:
     if not services.attempt_claim_launch(attempt=attempt):
         return
     spec = launch_spec(job, attempt)
+    # Cancelled (or otherwise moved on) since it was read: nothing starts. A cancel after this check finds the
+    # launch claimed and stops the attempt; the backend keeps a stopped replica from starting its command.
+    if not Job.objects.filter(pk=job.pk, phase=Phase.PREPARING, current_attempt=attempt).exists():
+        return
     try:
         data = backend.launch(spec)
     except LaunchError as exc:

@@ -164,7 +164,7 @@ def attempt_fate(seen: list[ReplicaObservation]) -> Fate:
 
 
 def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> list[Action]:
-    if not job.launched:
+    if not job.launched and job.phase != Phase.TERMINATING:  # cancelled before its launch: nothing to start
         return [Launch()]
     if job.phase == Phase.TERMINATING:
         return _terminating(job, seen, now, timing)

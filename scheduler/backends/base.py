@@ -28,8 +28,8 @@ class ReplicaObservation:
     status: str = ""  # fine status to show, e.g. "ImagePullBackOff", "Init:1/2"; empty: the phase's default
     reason: str = ""  # for FAILED: the job's failure reason, e.g. "FailedImagePull"
     message: str = ""
-    # Its object still exists on the cluster and holds its node's resources until it is deleted (a pod, even one
-    # whose container ended). A local process that exited holds nothing: False.
+    # Something of it still holds its node's resources: a pod until it is deleted (even one whose container
+    # ended); on the local backend, any process of the replica still alive (its supervisor gone or not).
     present: bool = False
     # When it ended (EXITED), as the backend saw it: the first failing replica of an attempt is the earliest.
     finished_at: datetime | None = None

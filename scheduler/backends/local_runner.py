@@ -1,19 +1,38 @@
 """Supervisor of one replica of the local backend. Standalone: no Django, run as a script.
 
-    python local_runner.py STATE_DIR LOG_FILE WORK_DIR -- /bin/bash -c COMMAND
+    python local_runner.py [--grace SECONDS] STATE_DIR LOG_FILE WORK_DIR -- /bin/bash -c COMMAND
 
-It detaches (fork, new session) so the replica outlives the web server that started it, then writes
-into STATE_DIR: ``runner.pid`` ("pid starttime"), ``child.pid``, and at the end ``exit_code`` (atomically).
-SIGTERM to the process group reaches the command; the runner itself outlives it to record the exit code.
+It detaches (fork, new session) so the replica outlives the web server that started it, becomes the child
+subreaper of everything the command starts (orphans are re-parented to it, not to init), then writes into
+STATE_DIR: ``runner.pid`` ("pid starttime"), ``child.pid``, and at the end ``exit_code`` (atomically).
+
+Every process of the replica carries its marker, the environment variable ``JOBSITE_REPLICA`` the backend sets
+("<root id>:<job>:<attempt>:<rank>"), inherited by all it starts, ``setsid`` escapees included. When the command
+exits, whatever it left behind (background children, daemons) is killed before ``exit_code`` is written: SIGTERM,
+then SIGKILL after the grace period. So a replica that has ended holds nothing.
+
+A stop that comes before the command has started leaves a ``stop`` file in STATE_DIR (the signal number). The
+runner looks for it after writing ``runner.pid`` and again once the command has started: either the stop sees the
+runner's pid and the command, or the runner sees the file, and then records an exit without running the command.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+
+MARKER = "JOBSITE_REPLICA"
+PR_SET_CHILD_SUBREAPER = 36
+# How long the runner waits for what it SIGKILLed to go before it writes the exit code all the same.
+KILL_WAIT_SECONDS = 5.0
 
 
 def proc_start_time(pid: int) -> str:
@@ -28,53 +47,232 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# --- the processes of a replica ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    start: str  # start time in clock ticks since boot: (pid, start) names one process, whatever reuses the pid
+
+
+def live_process(pid: int) -> Proc | None:
+    """A live process (zombies have ended and hold nothing), from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X", "x"):
+        return None
+    return Proc(pid, int(fields[1]), fields[19])
+
+
+def processes() -> dict[int, Proc]:
+    """Every live process of this user, by pid."""
+    uid = os.getuid()
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+        except OSError:
+            continue
+        if (p := live_process(int(entry.name))) is not None:
+            table[p.pid] = p
+    return table
+
+
+def marker_of(pid: int) -> str | None:
+    """The replica marker a process was started with (its environment at exec), None when it has none."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    prefix = f"{MARKER}=".encode()
+    for entry in env.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode(errors="replace")
+    return None
+
+
+def markers(table: dict[int, Proc]) -> dict[int, str]:
+    """pid → replica marker, for the processes of ``table`` that carry one."""
+    return {pid: m for pid in table if (m := marker_of(pid)) is not None}
+
+
+def replica_processes(marker: str, *, table: dict[int, Proc] | None = None, tags: dict[int, str] | None = None,
+                      runner: tuple[int, str] | None = None) -> list[Proc]:
+    """The live processes of one replica: each that carries its ``marker`` and, while its supervisor ``runner``
+    (pid, start time) lives, each descendant of the supervisor, even one that dropped the marker from its
+    environment (orphans are re-parented to the supervisor, a child subreaper). The supervisor is one of them."""
+    table = processes() if table is None else table
+    tags = markers(table) if tags is None else tags
+    found = {pid for pid, m in tags.items() if marker and m == marker and pid in table}
+    if runner is not None and (r := table.get(runner[0])) is not None and r.start == runner[1]:
+        children = defaultdict(list)
+        for p in table.values():
+            children[p.ppid].append(p.pid)
+        stack, seen = [r.pid], {r.pid}
+        while stack:
+            pid = stack.pop()
+            found.add(pid)
+            for child in children[pid]:
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+    return [table[pid] for pid in sorted(found)]
+
+
+def send(p: Proc, sig: int) -> bool:
+    """Signal the process ``p`` names, never a later one that reuses its pid (checked through a pidfd)."""
+    try:
+        fd = os.pidfd_open(p.pid)
+    except ProcessLookupError:
+        return False
+    except OSError:  # no pidfd on this kernel: check the start time, then signal by pid
+        fd = None
+    try:
+        now = live_process(p.pid)
+        if now is None or now.start != p.start:
+            return False
+        if fd is None:
+            os.kill(p.pid, sig)
+        else:
+            signal.pidfd_send_signal(fd, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def send_all(procs: Iterable[Proc], sig: int) -> int:
+    return sum(send(p, sig) for p in procs)
+
+
+# --- the supervisor ------------------------------------------------------------------------------------------------
+
+
+def stop_requested(state: Path) -> int | None:
+    """The signal a stop asked for before the command started (the ``stop`` file), None when none came."""
+    try:
+        return int((state / "stop").read_text().strip() or signal.SIGTERM)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return int(signal.SIGTERM)
+
+
 def _default_signals() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
 
 
-def supervise(state: Path, log: Path, cwd: Path, argv: list[str]) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: None)  # the command gets it too; we stay to record its exit
+def _reap() -> None:
+    """Collect every child that has ended (orphans of the command are ours to collect, as subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _wait(pid: int) -> int:
+    """Wait for the command, collecting the orphans that end meanwhile; its exit code as a shell reports it."""
+    while True:
+        try:
+            reaped, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 1
+        if reaped == pid:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code  # killed by signal N: 128+N
+
+
+def sweep(marker: str, grace: float) -> None:
+    """Kill what the command left behind: SIGTERM, SIGKILL to what is still there ``grace`` seconds later."""
+    me = (os.getpid(), proc_start_time(os.getpid()))
+    deadline = time.monotonic() + grace
+    termed: set[tuple[int, str]] = set()
+    while True:
+        _reap()
+        left = [p for p in replica_processes(marker, runner=me) if p.pid != me[0]]
+        now = time.monotonic()
+        if not left or now > deadline + KILL_WAIT_SECONDS:  # nothing left, or only what cannot be killed
+            return
+        if now >= deadline:
+            send_all(left, signal.SIGKILL)
+        else:  # each once: a process that handles SIGTERM gets the grace period to act on it
+            send_all([p for p in left if (p.pid, p.start) not in termed], signal.SIGTERM)
+            termed.update((p.pid, p.start) for p in left)
+        time.sleep(0.05)
+
+
+def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: None)  # we stay to kill what is left and record the exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    marker = os.environ.get(MARKER, "")
     write_atomic(state / "runner.pid", f"{os.getpid()} {proc_start_time(os.getpid())}")
     with open(log, "ab", buffering=0) as out, open(os.devnull, "rb") as devnull:
-        try:
-            child = subprocess.Popen(
-                argv, cwd=cwd, stdin=devnull, stdout=out, stderr=subprocess.STDOUT,
-                preexec_fn=_default_signals,
-            )
-        except OSError as exc:
-            out.write(f"jobsite: cannot start the command: {exc}\n".encode())
-            write_atomic(state / "exit_code", "127")
-            return 127
-        write_atomic(state / "child.pid", str(child.pid))
-        while True:
+        if (sig := stop_requested(state)) is not None:  # stopped before it started: it never runs
+            out.write(b"jobsite: stopped before the command started\n")
+            code = 128 + sig
+        else:
             try:
-                code = child.wait()
-                break
-            except InterruptedError:
-                continue
-    # A command killed by signal N exits as 128+N, as a shell reports it.
-    code = 128 - code if code < 0 else code
+                child = subprocess.Popen(
+                    argv, cwd=cwd, stdin=devnull, stdout=out, stderr=subprocess.STDOUT,
+                    preexec_fn=_default_signals,
+                )
+            except OSError as exc:
+                out.write(f"jobsite: cannot start the command: {exc}\n".encode())
+                code = 127
+            else:
+                write_atomic(state / "child.pid", str(child.pid))
+                if (sig := stop_requested(state)) is not None:  # a stop came while it started: it may have
+                    os.kill(child.pid, sig)  # found only us (not reaped yet: the pid is still the child's)
+                code = child.returncode = _wait(child.pid)
+    sweep(marker, grace)
+    _reap()
     write_atomic(state / "exit_code", str(code))
     return code
 
 
+def _become_subreaper() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: orphans go to init, the marker still finds them
+        pass
+
+
 def main() -> None:
-    state, log, cwd = (Path(a) for a in sys.argv[1:4])
-    if sys.argv[4] != "--":
-        raise SystemExit("usage: local_runner.py STATE LOG CWD -- ARGV...")
-    argv = sys.argv[5:]
+    args = sys.argv[1:]
+    grace = 10.0
+    if args[:1] == ["--grace"]:
+        grace, args = float(args[1]), args[2:]
+    if len(args) < 5 or args[3] != "--":
+        raise SystemExit("usage: local_runner.py [--grace SECONDS] STATE LOG CWD -- ARGV...")
+    state, log, cwd = (Path(a) for a in args[:3])
+    argv = args[4:]
     if os.fork() > 0:
         os._exit(0)  # the launcher reaps this parent at once; the supervisor is adopted by init
-    os.setsid()  # session and process group leader: killpg(pid) reaches the command and all it starts
+    os.setsid()  # session and process group leader: the command and all it starts are in its group
+    _become_subreaper()
     os.chdir("/")
     fd = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
         os.dup2(fd, std)
     try:
-        supervise(state, log, cwd, argv)
+        supervise(state, log, cwd, argv, grace)
     finally:
         os._exit(0)
 

@@ -50,6 +50,8 @@ def exited(rank=0, code=0, **kw) -> ReplicaObservation:
 CASES = [
     # --- launch ---
     ("admitted, never launched: launch", job(phase=Phase.PREPARING, launched=False), [], [Launch()]),
+    ("cancelled before its launch: nothing to start, it ends",
+     job(phase=Phase.TERMINATING, launched=False, termination_target=Phase.CANCELLED), [], [FinishTermination(None)]),
     # --- PREPARING / RUNNING ---
     ("all replicas running: RUNNING", job(phase=Phase.PREPARING, status="ContainerCreating"), [r(0), r(1)],
      [Transition(Phase.RUNNING, message="2 replica(s) running")]),

@@ -1,0 +1,333 @@
+"""Nothing outlives its attempt on the local backend: real processes, end to end.
+
+A replica's processes are found by the marker they inherit (``JOBSITE_REPLICA``), whether their supervisor lives or
+not; a stop kills them all, a replica is ``present`` (holds its GPUs) while any of them runs, a supervisor that never
+starts is lost within a bound, and a stop that comes before the command starts keeps it from ever running.
+Every command here writes the pids it wants watched into the test's own directory; only processes of this test's
+backend root are ever signalled.
+"""
+
+import os
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs import services
+from jobs.choices import RESOURCE_PHASES, Phase
+from jobs.models import Job
+from scheduler.backends import get_backend, local
+from scheduler.backends.local import LocalBackend
+from scheduler.launch import attempt_launch
+from scheduler.passes import schedule_pass
+from scheduler.sync import housekeeping, sync_jobs
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _kill_what_this_test_started(tmp_path):
+    """Whatever a test leaves running is killed at its end: each of its jobs has FLAGS=<its tmp_path> in its
+    environment, which no process of another test has, and a process that dropped it wrote its pid there."""
+    yield
+    for pid_file in tmp_path.glob("*.pid"):
+        if (left := Process(pid_file)).alive():
+            os.kill(left.pid, signal.SIGKILL)
+    own = f"FLAGS={tmp_path}".encode()
+    for entry in os.scandir("/proc"):
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == os.getuid():
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if own in f.read().split(b"\0"):
+                        os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
+@pytest.fixture
+def clock(django_capture_on_commit_callbacks):
+    """clock(now=...) runs one scheduler round at a given time, with after-commit effects executed."""
+
+    def tick(now=None, backend=None):
+        with django_capture_on_commit_callbacks(execute=True):
+            schedule_pass(backend=backend, now=now)
+            sync_jobs(backend=backend, now=now)
+            housekeeping(backend=backend, now=now)
+
+    return tick
+
+
+@pytest.fixture
+def act(django_capture_on_commit_callbacks):
+    """Call a service as a request would: its after-commit effects run."""
+
+    def call(service, **kw):
+        with django_capture_on_commit_callbacks(execute=True):
+            return service(**kw)
+
+    return call
+
+
+def wait_for(job, phases, clock, timeout=20.0, **kw):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        clock(**kw)
+        job.refresh_from_db()
+        if job.phase in phases:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job stayed {job.phase} ({job.status}: {job.message}) for {timeout} s")
+
+
+def eventually(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+class Process:
+    """A process a command told us about ("pid" or "pid starttime" in a file), told apart from any later one with
+    the same pid by its start time."""
+
+    def __init__(self, pid_file, timeout=10.0):
+        assert eventually(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"), timeout), pid_file
+        pid, *start = pid_file.read_text().split()
+        self.pid = int(pid)
+        stat = self._stat() or [None] * 20  # gone already
+        self.start = start[0] if start else stat[19]
+        self.session = stat[3]
+
+    def _stat(self):
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+
+    def alive(self) -> bool:
+        stat = self._stat()
+        return stat is not None and stat[0] not in ("Z", "X") and stat[19] == self.start
+
+
+def state_dir(job, attempt=1, rank=0):
+    return get_backend().root / "state" / f"job-{job.pk}" / f"attempt-{attempt}" / f"replica-{rank}"
+
+
+def runner_pid(job, attempt=1, rank=0):
+    return int((state_dir(job, attempt, rank) / "runner.pid").read_text().split()[0])
+
+
+# --- a replica whose supervisor is gone -------------------------------------------------------------------------
+
+
+def test_a_lost_replicas_workload_is_killed_and_keeps_its_gpus_until_then(submit, clock, settings, tmp_path):
+    settings.JOBSITE_LOCAL_GPUS = 4
+    get_backend.cache_clear()
+    job = submit("bob", "gpu-4", command='echo $$ > "$FLAGS/workload.pid"; exec sleep 600',
+                 env={"FLAGS": str(tmp_path)})
+    wait_for(job, {Phase.RUNNING}, clock)
+    workload = Process(tmp_path / "workload.pid")
+    # Another group's job that wants the GPUs the workload has.
+    other = submit("lin", "gpu-4", group="research", command="sleep 600", env={"FLAGS": str(tmp_path)})
+    clock()
+    other.refresh_from_db()
+    assert other.phase == Phase.PENDING
+
+    os.kill(runner_pid(job), signal.SIGKILL)  # only the supervisor dies
+    wait_for(job, {Phase.UNKNOWN}, clock)
+    assert job.reason == "NodeUnresponsive" and "supervisor of replica 0" in job.message
+    assert workload.alive()
+    seen = get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)
+    assert [(o.state, o.present) for o in seen] == [("lost", True)]  # its GPUs are not free
+
+    later = timezone.now() + timedelta(seconds=settings.JOBSITE_NODE_LOST_GRACE_SECONDS + 1)
+    clock(now=later)
+    job.refresh_from_db()
+    assert (job.phase, job.reason) == (Phase.TERMINATING, "NodeLost")
+    deadline = time.monotonic() + 20
+    while job.phase == Phase.TERMINATING or workload.alive():
+        assert time.monotonic() < deadline, f"{job.phase}, workload alive: {workload.alive()}"
+        clock(now=later)
+        job.refresh_from_db()
+        other.refresh_from_db()
+        handed_on = other.phase in RESOURCE_PHASES or (job.current_attempt.number > 1
+                                                       and job.phase in RESOURCE_PHASES)
+        assert not (handed_on and workload.alive()), "the GPUs were handed on while the lost workload still ran"
+        time.sleep(0.02)
+    assert job.phase in (Phase.PENDING, Phase.PREPARING, Phase.RUNNING)  # requeued
+    assert job.attempts.get(number=1).outcome == "NodeLost"
+    lost = job.events.get(reason="NodeLost").message
+    assert "the supervisor of replica 0 on local is gone; 1 of its processes still running" in lost
+
+
+def test_cancel_from_unknown_kills_the_workload(submit, clock, act, world, tmp_path):
+    job = submit("bob", command='trap "" TERM; echo $$ > "$FLAGS/workload.pid"; while :; do sleep 0.2; done',
+                 env={"FLAGS": str(tmp_path)})
+    wait_for(job, {Phase.RUNNING}, clock)
+    workload = Process(tmp_path / "workload.pid")
+    os.kill(runner_pid(job), signal.SIGKILL)
+    wait_for(job, {Phase.UNKNOWN}, clock)
+    assert workload.alive()
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock)
+    assert not workload.alive()
+    last = job.events.last()
+    assert (last.type, last.reason) == ("Normal", "Terminated")  # ended, not given up on
+
+
+# --- a supervisor that never starts -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def vanishing_runner(monkeypatch, tmp_path):
+    """The supervisor exits at once, before it writes its pid (as when it crashes on start)."""
+    script = tmp_path / "vanishing_runner.py"
+    script.write_text("raise SystemExit(0)\n")
+    monkeypatch.setattr(local, "RUNNER", script)
+
+
+def test_a_job_whose_supervisor_never_started_can_be_cancelled(submit, clock, act, world, vanishing_runner,
+                                                               tmp_path):
+    job = submit("bob", "gpu-1", command="sleep 600", env={"FLAGS": str(tmp_path)})
+    wait_for(job, {Phase.PREPARING}, clock)
+    clock()
+    assert job.current_attempt.launched_at is not None and not (state_dir(job) / "runner.pid").exists()
+    started = time.monotonic()
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock, timeout=15)
+    assert time.monotonic() - started < 15
+    last = job.events.last()
+    assert (last.type, last.reason) == ("Normal", "Terminated") and "given up" not in job.message
+
+
+def test_a_supervisor_that_never_starts_is_lost_within_the_bound(submit, clock, act, world, settings,
+                                                                 vanishing_runner, tmp_path):
+    settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS = 1
+    job = submit("bob", "gpu-1", command="sleep 600", env={"FLAGS": str(tmp_path)})
+    wait_for(job, {Phase.UNKNOWN}, clock, timeout=15)
+    assert job.reason == "NodeUnresponsive"
+    event = job.events.get(reason="NodeUnresponsive")
+    assert event.type == "Warning"
+    assert "the supervisor of replica 0 on local never started" in event.message
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock)
+    last = job.events.last()
+    assert (last.type, last.reason) == ("Normal", "Terminated")
+
+
+# --- cancelled before the launch ----------------------------------------------------------------------------------
+
+
+class CancelledWhileLaunching(LocalBackend):
+    """The job is cancelled, and the scheduler's sync stops its attempt, while its launch is on its way to the
+    supervisor: the stop finds nothing running yet."""
+
+    def launch(self, spec):
+        job = Job.objects.get(pk=spec.job_id)
+        services.job_cancel(job=job, by=job.user)
+        sync_jobs(backend=self)
+        return super().launch(spec)
+
+
+def test_a_replica_stopped_before_its_command_started_never_runs_it(submit, clock, settings, tmp_path):
+    backend = CancelledWhileLaunching(root=settings.JOBSITE_LOCAL_ROOT)
+    job = submit("bob", "gpu-1", command='touch "$FLAGS/ran"; sleep 600', env={"FLAGS": str(tmp_path)})
+    schedule_pass(backend=backend)  # admitted; its launch left to us
+    attempt_launch(job.pk, backend=backend)
+    wait_for(job, {Phase.CANCELLED}, clock, backend=backend)
+    assert not (tmp_path / "ran").exists()
+    assert (state_dir(job) / "exit_code").exists()  # its supervisor ran, and recorded an end: it never will
+    assert "stopped before the command started" in backend.log_path(job_id=job.pk, attempt_number=1,
+                                                                     rank=0).read_text()
+    assert job.exit_code == 128 + signal.SIGTERM
+
+
+def test_a_job_cancelled_after_its_launch_was_claimed_starts_nothing(submit, clock, monkeypatch, tmp_path):
+    job = submit("bob", "gpu-1", command='touch "$FLAGS/ran"; sleep 600', env={"FLAGS": str(tmp_path)})
+    schedule_pass()
+    claim = services.attempt_claim_launch
+
+    def claim_then_cancelled(*, attempt, now=None):  # the cancel commits just after the launch was claimed
+        claimed = claim(attempt=attempt, now=now)
+        services.job_cancel(job=Job.objects.get(pk=attempt.job_id), by=job.user)
+        return claimed
+
+    monkeypatch.setattr(services, "attempt_claim_launch", claim_then_cancelled)
+    attempt_launch(job.pk, backend=get_backend())
+    wait_for(job, {Phase.CANCELLED}, clock)
+    assert not (tmp_path / "ran").exists()
+    assert not (state_dir(job) / "launched").exists() and not (state_dir(job) / "runner.pid").exists()
+
+
+def test_a_job_cancelled_before_its_launch_was_claimed_ends(submit, clock, act, world, tmp_path):
+    job = submit("bob", "gpu-1", command='touch "$FLAGS/ran"; sleep 600', env={"FLAGS": str(tmp_path)})
+    schedule_pass()  # admitted: its after-commit launch has not run yet
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock, timeout=30)
+    assert not (tmp_path / "ran").exists()
+
+
+# --- what a command leaves behind ----------------------------------------------------------------------------------
+
+
+def test_a_background_child_left_by_a_finished_command_is_killed(submit, clock, tmp_path):
+    # It writes the background child's pid and start time (field 22 of its stat) while the child surely lives.
+    job = submit("bob", "gpu-1", env={"FLAGS": str(tmp_path)},
+                 command='sleep 1000 & echo "$! $(cut -d" " -f22 /proc/$!/stat)" > "$FLAGS/bg.pid"; exit 0')
+    wait_for(job, {Phase.SUCCEEDED, Phase.FAILED}, clock)
+    assert (job.phase, job.exit_code) == (Phase.SUCCEEDED, 0)
+    background = Process(tmp_path / "bg.pid")
+    assert not background.alive()  # gone by the time the replica ended: its GPU held nothing afterwards
+
+
+def test_a_child_that_dropped_its_environment_is_killed_when_the_command_ends(submit, clock, tmp_path):
+    # No marker in its environment and an orphan once bash exits: the supervisor, its subreaper, still has it.
+    job = submit("bob", env={"FLAGS": str(tmp_path)},
+                 command='env -i sleep 1000 & echo "$! $(cut -d" " -f22 /proc/$!/stat)" > "$FLAGS/bg.pid"; exit 0')
+    wait_for(job, {Phase.SUCCEEDED, Phase.FAILED}, clock)
+    assert job.phase == Phase.SUCCEEDED
+    assert not Process(tmp_path / "bg.pid").alive()
+
+
+def test_cancel_kills_setsid_escapees_and_children_that_ignore_sigterm(submit, clock, act, world, settings,
+                                                                      tmp_path):
+    settings.JOBSITE_TERMINATION_GRACE_SECONDS = 1
+    job = submit("bob", command=(
+        "setsid bash -c 'echo $$ > \"$FLAGS/setsid.pid\"; exec sleep 1000' & "
+        "bash -c 'trap \"\" TERM; echo $$ > \"$FLAGS/trap.pid\"; while :; do sleep 0.2; done' & "
+        "sleep 1000"), env={"FLAGS": str(tmp_path)})
+    wait_for(job, {Phase.RUNNING}, clock)
+    escapee, stubborn = Process(tmp_path / "setsid.pid"), Process(tmp_path / "trap.pid")
+    assert escapee.session != stubborn.session  # it left the replica's session and process group
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock)
+    assert not escapee.alive() and not stubborn.alive()
+
+
+def test_an_escapee_of_a_lost_replica_is_killed_too(submit, clock, act, world, tmp_path):
+    job = submit("bob", command="setsid bash -c 'echo $$ > \"$FLAGS/setsid.pid\"; exec sleep 1000' & sleep 1000",
+                 env={"FLAGS": str(tmp_path)})
+    wait_for(job, {Phase.RUNNING}, clock)
+    escapee = Process(tmp_path / "setsid.pid")
+    os.killpg(runner_pid(job), signal.SIGKILL)  # the supervisor and its process group: not the escapee
+    wait_for(job, {Phase.UNKNOWN}, clock)
+    assert escapee.alive()
+    act(services.job_cancel, job=job, by=world.users["bob"])
+    wait_for(job, {Phase.CANCELLED}, clock)
+    assert not escapee.alive()
+
+
+def test_another_installation_never_touches_these_processes(submit, clock, tmp_path):
+    job = submit("bob", command='echo $$ > "$FLAGS/workload.pid"; exec sleep 600', env={"FLAGS": str(tmp_path)})
+    wait_for(job, {Phase.RUNNING}, clock)
+    workload = Process(tmp_path / "workload.pid")
+    other = LocalBackend(root=tmp_path / "other-root")  # same job id, attempt and rank, another root
+    other.stop(job_id=job.pk, attempt_number=1, replicas=1, force=True)
+    assert [o.present for o in other.observe(job_id=job.pk, attempt_number=1, replicas=1)] == [False]
+    assert workload.alive()
+    assert [o.present for o in get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)] == [True]
