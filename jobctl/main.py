@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import yaml
 
 from . import __version__, config
 from .client import Api, ApiError, ConnectError
-from .output import Printer, age, amount, color_enabled, duration
+from .output import Printer, age, amount, color_enabled, duration, parse_time
 
 EXIT_OK = 0
 EXIT_API_ERROR = 1
@@ -84,6 +85,19 @@ def _wait_info(job: dict) -> str:
     if job.get("phase") == "PENDING" and job.get("queue_position"):
         return f"#{job['queue_position']} {job.get('reason') or ''}: {job.get('message') or ''}".strip(": ")
     return job.get("message") or job.get("reason") or ""
+
+
+def _est_start(job: dict) -> str:
+    """When a pending job is expected to start, in local time (with the date unless today) and on what basis:
+    "14:20 (by deadlines)"; "not within 30 days" when the scheduler expects no start that soon; "-" otherwise."""
+    if job.get("phase") != "PENDING":
+        return "-"
+    when = parse_time(job.get("estimated_start"))
+    if when is None:
+        return "not within 30 days" if job.get("queue_position") else "-"
+    local = when.astimezone()
+    shown = f"{local:%H:%M}" if local.date() == datetime.now().astimezone().date() else f"{local:%Y-%m-%d %H:%M}"
+    return f"{shown} (by {job.get('estimate_basis') or 'deadlines'})"
 
 
 def _env_pairs(values: list[str]) -> dict[str, str]:
@@ -249,6 +263,8 @@ def _state_fields(out: Printer, job: dict) -> list[tuple[str, Any]]:
         pairs.append(("Message", job["message"]))
     if job.get("queue_position"):
         pairs.append(("Queue position", f"#{job['queue_position']} in {job['group']}"))
+    if job.get("phase") == "PENDING" and (job.get("estimated_start") or job.get("queue_position")):
+        pairs.append(("Est. start", _est_start(job)))
     if job.get("exit_code") is not None:
         pairs.append(("Exit code", job["exit_code"]))
     current = next((a for a in job.get("attempts") or [] if a["number"] == job.get("current_attempt")), None)
@@ -471,8 +487,9 @@ def cmd_queue(api: Api, args, out: Printer) -> int:
         print(f"The queue of {args.group} is empty.", file=sys.stderr)
         return EXIT_OK
     rows = [[e["rank"], e["id"], e["name"], e["user"], out.status(e), e["priority"], e["request"]["gpu"],
-             age(e["queued_at"]), f"{e['reason']}: {e['message']}".strip(": ")] for e in entries]
-    out.table(["#", "ID", "NAME", "USER", "STATUS", "PRIORITY", "GPUS", "WAITING", "WHY"], rows, max_width=80)
+             age(e["queued_at"]), _est_start(e), f"{e['reason']}: {e['message']}".strip(": ")] for e in entries]
+    out.table(["#", "ID", "NAME", "USER", "STATUS", "PRIORITY", "GPUS", "WAITING", "EST. START", "WHY"], rows,
+              max_width=80)
     return EXIT_OK
 
 

@@ -138,6 +138,13 @@ class Job(models.Model):
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(
+        null=True, blank=True, help_text="Pending: when the scheduler expects it to start (empty: not within 30 days)."
+    )
+    estimate_basis = models.CharField(
+        max_length=10, blank=True, help_text="What the estimate assumes: 'deadlines' (every job runs to its deadline) "
+        "or 'history' (jobs run as long as similar recent ones did)."
+    )
     termination_target = models.CharField(max_length=12, choices=Phase.choices, blank=True)
     over_quota = models.BooleanField(default=False, help_text="Runs beyond its group's quota: preempted first.")
     retry_at = models.DateTimeField(null=True, blank=True)

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.utils import timezone
 
 from .choices import Phase
 from .state_machine import color_for, color_name
@@ -41,6 +42,7 @@ MESSAGE_FIELDS = (
     "id", "name", "group_id", "group__name", "user__username", "instance_type__name", "replicas", "gpu",
     "phase", "status", "reason", "message", "queue_position", "over_quota", "exit_code", "job_type",
     "created_at", "updated_at", "admitted_at", "started_at", "finished_at", "current_attempt__number",
+    "estimated_start", "estimate_basis",
 )
 
 
@@ -85,7 +87,22 @@ def job_message(row: dict[str, Any]) -> dict[str, Any]:
         "admitted_at": _iso(row["admitted_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
+        "estimated_start": _iso(row["estimated_start"]) if phase == Phase.PENDING else None,
+        "estimate_basis": row["estimate_basis"] if phase == Phase.PENDING else "",
+        "estimate": estimate_text(phase, row["queue_position"], row["estimated_start"], row["estimate_basis"]),
     }
+
+
+def estimate_text(phase: str, position: int | None, start: datetime | None, basis: str) -> str:
+    """What a pending job shows of its estimated start: "est. start 14:20 (by history)", the date too when it is
+    not today (in the site's time zone), or "est. start not within 30 days"; empty for any other job."""
+    if phase != Phase.PENDING:
+        return ""
+    if start is None:
+        return "est. start not within 30 days" if position else ""
+    local = timezone.localtime(start)
+    shown = f"{local:%H:%M}" if local.date() == timezone.localdate() else f"{local:%Y-%m-%d %H:%M}"
+    return f"est. start {shown} (by {basis or 'deadlines'})"
 
 
 def job_messages(job_ids: Iterable[int]) -> list[tuple[int, dict[str, Any]]]:

@@ -112,6 +112,8 @@ def job_transition(
     current.reason = reason
     current.message = message
     current.queue_position = queue_position if phase == Phase.PENDING else None
+    if phase != Phase.PENDING:  # admitted, inadmissible or out of the queue: no start to expect any more
+        current.estimated_start, current.estimate_basis = None, ""
     if exit_code is not UNSET:
         current.exit_code = exit_code
     if old_phase == Phase.BACKOFF:
@@ -181,6 +183,22 @@ def job_queue_info_update(updates: dict[int, tuple[str, int | None]]) -> None:
 
     changed = list(updates)
     transaction.on_commit(lambda: publish_job_changes(changed))  # one query, one small message per job
+
+
+def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None:
+    """Record when pending jobs are expected to start, and on what basis ("deadlines" or "history"; a None start:
+    not within the scheduler's horizon). The scheduling pass passes only the estimates that changed.
+
+    Not a status change (no event): one bulk write per scheduling pass, however long the queue.
+    """
+    if not updates:
+        return
+    jobs = [Job(pk=pk, estimated_start=start, estimate_basis=basis) for pk, (start, basis) in updates.items()]
+    Job.objects.bulk_update(jobs, ["estimated_start", "estimate_basis"], batch_size=1000)
+    from .realtime import publish_job_changes
+
+    changed = list(updates)
+    transaction.on_commit(lambda: publish_job_changes(changed))
 
 
 # --- submission ---------------------------------------------------------------------------------------------

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from jobs import services
 from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
 from jobs.models import Group, GroupQuota, Job
-from jobs.selectors import held_resources, nodes_with_usage
+from jobs.selectors import DurationHistory, job_duration_history, nodes_with_usage
 from jobs.state_machine import InvalidTransition
 
 from . import metrics
@@ -36,6 +35,7 @@ from .core import (
     Verdict,
     decide,
 )
+from .estimate import HeldJob, estimate
 
 log = logging.getLogger(__name__)
 
@@ -55,32 +55,26 @@ class Snapshot:
     running: list[RunningJob]
     nodes: list[Node]
     shown: dict[int, QueueInfo]  # what each queued job shows now, to write only what changed
+    holding: list[HeldJob] = field(default_factory=list)  # every job holding resources, for the estimates
+    kinds: dict[int, JobKind] = field(default_factory=dict)  # queued and holding jobs: what their history is of
+    estimates: dict[int, tuple[datetime | None, str]] = field(default_factory=dict)  # shown now, per queued job
 
 
 QueueInfo = tuple[str, str, str, int | None]  # phase, reason, message, queue position
+JobKind = tuple[int, int, str, int, int]  # user, group, name, instance type, active deadline (seconds)
 
 
 def snapshot(backend: Backend) -> Snapshot:
-    """Read everything the decision needs in a handful of queries."""
+    """Read everything the decision and the estimates need in a handful of queries."""
     groups = {g.id: GroupState(id=g.id, name=g.name, queue_stopped=g.queue_stopped) for g in Group.objects.all()}
     for q in GroupQuota.objects.all():
         groups[q.group_id].quotas[q.resource] = QuotaLimits(q.quota, q.limit, q.user_quota)
-    usage = (
-        Job.objects.filter(phase__in=RESOURCE_PHASES)
-        .values("group_id", "user_id")
-        .annotate(**held_resources())
-    )
-    for row in usage:
-        g = groups[row["group_id"]]
-        per_user = g.user_usage.setdefault(row["user_id"], {})
-        for r in ("gpu", "cpu", "memory"):
-            g.usage[r] = g.usage.get(r, 0) + (row[r] or 0)
-            per_user[r] = per_user.get(r, 0) + (row[r] or 0)
 
-    queued, shown = [], {}
+    queued, shown, kinds, estimates = [], {}, {}, {}
     rows = Job.objects.filter(phase__in=QUEUED_PHASES).values(
         "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
         "memory_bytes", "preemptible", "phase", "reason", "message", "queue_position", "retry_at",
+        "instance_type_id", "active_deadline_seconds", "estimated_start", "estimate_basis",
     )
     for j in rows:  # a plain fetch: a server-side cursor makes PostgreSQL pick a slow fast-start plan here
         queued.append(QueuedJob(
@@ -90,23 +84,38 @@ def snapshot(backend: Backend) -> Snapshot:
             nominated=j["phase"] == Phase.PENDING and j["reason"] == Reason.PREEMPTING,
         ))
         shown[j["id"]] = (j["phase"], j["reason"], j["message"], j["queue_position"])
-    running = [
-        RunningJob(
-            id=j["id"], name=j["name"], group_id=j["group_id"], priority=j["priority"],
-            preemptible=j["preemptible"], replicas=j["replicas"], admitted_at=j["admitted_at"],
-            request={"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]},
-            over_quota=j["over_quota"], terminating=j["phase"] == Phase.TERMINATING,
-            placement=tuple(ReplicaPlacement(p.get("node", ""), tuple(p.get("gpu_ids", [])))
-                            for p in (j["current_attempt__placement"] or {}).values()),
-        )
-        # Only what decide() can use: preemptible jobs (victims; over-quota ones are preemptible) and terminating
-        # ones (resources soon free), not every running job.
-        for j in Job.objects.filter(Q(preemptible=True) | Q(phase=Phase.TERMINATING), phase__in=RESOURCE_PHASES).values(
-            "id", "name", "group_id", "priority", "preemptible", "replicas", "admitted_at", "gpu", "cpu_millicores",
-            "memory_bytes", "over_quota", "phase", "current_attempt__placement",
-        )
-    ]
-    return Snapshot(groups, queued, running, nodes_with_free(backend.name), shown)
+        kinds[j["id"]] = (j["user_id"], j["group_id"], j["name"], j["instance_type_id"], j["active_deadline_seconds"])
+        estimates[j["id"]] = (j["estimated_start"], j["estimate_basis"])
+
+    # Every job holding resources, in one query: its usage (group and user), and for the estimates where it runs
+    # and since when; decide() gets only those it can use: preemptible jobs (victims; over-quota ones are
+    # preemptible) and terminating ones (resources soon free).
+    running, holding = [], []
+    for j in Job.objects.filter(phase__in=RESOURCE_PHASES).values(
+        "id", "name", "group_id", "user_id", "priority", "preemptible", "replicas", "admitted_at", "gpu",
+        "cpu_millicores", "memory_bytes", "over_quota", "phase", "current_attempt__placement", "instance_type_id",
+        "active_deadline_seconds",
+    ):
+        request = {"gpu": j["gpu"], "cpu": j["cpu_millicores"], "memory": j["memory_bytes"]}
+        g = groups[j["group_id"]]
+        per_user = g.user_usage.setdefault(j["user_id"], {})
+        for r, amount in request.items():
+            g.usage[r] = g.usage.get(r, 0) + amount * j["replicas"]
+            per_user[r] = per_user.get(r, 0) + amount * j["replicas"]
+        placement = tuple(ReplicaPlacement(p.get("node", ""), tuple(p.get("gpu_ids", [])))
+                          for p in (j["current_attempt__placement"] or {}).values())
+        terminating = j["phase"] == Phase.TERMINATING
+        admitted_at = j["admitted_at"] or timezone.now()
+        holding.append(HeldJob(id=j["id"], group_id=j["group_id"], user_id=j["user_id"], replicas=j["replicas"],
+                               request=request, admitted_at=admitted_at, placement=placement, terminating=terminating))
+        kinds[j["id"]] = (j["user_id"], j["group_id"], j["name"], j["instance_type_id"], j["active_deadline_seconds"])
+        if j["preemptible"] or terminating:
+            running.append(RunningJob(
+                id=j["id"], name=j["name"], group_id=j["group_id"], priority=j["priority"],
+                preemptible=j["preemptible"], replicas=j["replicas"], admitted_at=admitted_at, request=request,
+                over_quota=j["over_quota"], terminating=terminating, placement=placement,
+            ))
+    return Snapshot(groups, queued, running, nodes_with_free(backend.name), shown, holding, kinds, estimates)
 
 
 def nodes_with_free(backend: str) -> list[Node]:
@@ -119,12 +128,15 @@ def nodes_with_free(backend: str) -> list[Node]:
 def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None) -> PassResult:
     backend = backend or get_backend()
     result = PassResult()
+    clock = now or timezone.now()
     refresh_nodes(backend)  # before the locks: the backend answers from memory
+    history = duration_history(clock)  # before the locks too: at most one query a minute
     with transaction.atomic():
         # The scheduling lock: every group row, in a stable order.
         list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
         snap = snapshot(backend)
-        outcomes = decide(snap.groups, snap.queued, snap.nodes, snap.running, now=now or timezone.now())
+        outcomes = decide(snap.groups, snap.queued, snap.nodes, snap.running, now=clock)
+        waiting: list[int] = []
         requests = {j.id: j for j in snap.queued}
         refreshed: dict[int, tuple[str, int | None]] = {}
         for outcome in outcomes:
@@ -152,14 +164,62 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
                 continue
             if outcome.verdict == Verdict.WAIT:
                 result.waiting += 1
+                waiting.append(outcome.job_id)
             else:
                 result.inadmissible += 1
         services.job_queue_info_update(refreshed)
+        services.job_estimate_update(estimate_changes(snap, outcomes, history, clock, waiting))
         admitted = list(result.admitted)
         transaction.on_commit(lambda: launch_jobs(admitted, backend=backend))
         waited = [requests[i].queued_at for i in admitted]
         transaction.on_commit(lambda: [metrics.observe_admission(queued_at) for queued_at in waited])
     return result
+
+
+# --- estimated start times -------------------------------------------------------------------------------------
+
+HISTORY_SPAN = timedelta(days=30)  # how far back similar jobs' run times are looked for
+HISTORY_TTL = timedelta(seconds=60)  # how long the scheduler reuses them
+ESTIMATE_SLACK = timedelta(seconds=60)  # an estimate that moved less is not written again
+_history: tuple[datetime, DurationHistory] | None = None
+
+
+def duration_history(now: datetime) -> DurationHistory:
+    """How long similar recent jobs ran: read at most once a minute of the pass clock (one query)."""
+    global _history
+    if _history is None or not timedelta(0) <= now - _history[0] < HISTORY_TTL:
+        _history = (now, job_duration_history(since=now - HISTORY_SPAN))
+    return _history[1]
+
+
+def duration_history_clear() -> None:
+    global _history
+    _history = None
+
+
+def estimate_changes(snap: Snapshot, outcomes: list[Outcome], history: DurationHistory, now: datetime,
+                     waiting: list[int]) -> dict[int, tuple[datetime | None, str]]:
+    """The estimated start of each job left waiting by this pass, where it differs from what the job shows (by
+    more than a minute, or in its basis): {job id: (start or None, basis or "")}."""
+    durations = {
+        job_id: history.expected(user_id=user, group_id=group, name=name, instance_type_id=itype, deadline=deadline)
+        for job_id, (user, group, name, itype, deadline) in snap.kinds.items()
+    }
+    try:
+        estimates = estimate(snap.groups, snap.queued, snap.nodes, snap.holding, durations, now, outcomes=outcomes)
+    except Exception:  # an estimate is a courtesy: it must never hold back admissions
+        log.exception("could not estimate the start of the waiting jobs; they keep their last estimates")
+        return {}
+    changes = {}
+    for job_id in waiting:
+        new = estimates.get(job_id)
+        start, basis = (new.start, new.basis) if new else (None, "")
+        old_start, old_basis = snap.estimates[job_id]
+        moved = (start is None) != (old_start is None) or (
+            start is not None and old_start is not None and abs(start - old_start) > ESTIMATE_SLACK)
+        if moved or basis != old_basis:
+            changes[job_id] = (start, basis)
+    return changes
 
 
 def refresh_nodes(backend: Backend) -> None:

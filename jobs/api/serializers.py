@@ -238,10 +238,17 @@ class JobSerializer(serializers.ModelSerializer):
             "id", "name", "group", "user", "image", "instance_type", "command", "env", "replicas", "job_type",
             "priority", "preemptible", "backoff_limit", "active_deadline_seconds", "ttl_seconds_after_finished",
             "request", "phase", "status", "color", "color_name", "reason", "message", "exit_code",
-            "queue_position", "over_quota", "created_at", "admitted_at", "started_at", "finished_at",
-            "current_attempt", *VOCABULARY_FIELDS,
+            "queue_position", "estimated_start", "estimate_basis", "over_quota", "created_at", "admitted_at",
+            "started_at", "finished_at", "current_attempt", *VOCABULARY_FIELDS,
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "estimated_start": {"help_text": "Pending: when the scheduler expects it to start; null when it does not "
+                                             "expect it within 30 days (or the job is not pending)."},
+            "estimate_basis": {"help_text": "What estimated_start assumes: 'deadlines' (every job runs to its "
+                                            "deadline), 'history' (jobs run as long as similar recent ones did); "
+                                            "empty without an estimate."},
+        }
 
     @extend_schema_field(ResourceAmountsSerializer)
     def get_request(self, job: Job) -> dict[str, int]:
@@ -350,6 +357,10 @@ class QueueEntrySerializer(serializers.Serializer):
     reason = serializers.CharField()
     message = serializers.CharField()
     queued_at = serializers.DateTimeField()
+    estimated_start = serializers.DateTimeField(
+        allow_null=True, help_text="When the scheduler expects it to start; null: not within 30 days (or unknown)."
+    )
+    estimate_basis = serializers.CharField(help_text="'deadlines' or 'history'; empty without an estimate.")
 
 
 class InstanceTypeSerializer(serializers.ModelSerializer):

@@ -522,7 +522,8 @@ class GroupViewSet(ApiMixin, viewsets.GenericViewSet):
              "user": j.user.get_username(), "instance_type": j.instance_type.name, "replicas": j.replicas,
              "request": {str(r): amount for r, amount in j.total_request.items()},
              "priority": j.priority, "preemptible": j.preemptible, "phase": j.phase, "status": j.status,
-             "color": j.color, "reason": j.reason, "message": j.message, "queued_at": j.queued_at}
+             "color": j.color, "reason": j.reason, "message": j.message, "queued_at": j.queued_at,
+             "estimated_start": j.estimated_start, "estimate_basis": j.estimate_basis}
             for i, j in enumerate(page)
         ]
         return self.get_paginated_response(QueueEntrySerializer(rows, many=True).data)

@@ -8,6 +8,7 @@ from django import template
 from django.utils import timezone
 
 from jobs.choices import Phase
+from jobs.realtime import estimate_text
 from jobs.rules import fmt_duration
 
 register = template.Library()
@@ -125,3 +126,9 @@ def queue_groups(context) -> list[str]:
 @register.filter
 def percent(value, digits: int = 0) -> str:
     return f"{float(value or 0):.{int(digits)}f}"
+
+
+@register.filter
+def estimate(job) -> str:
+    """A pending job's estimated start, as the live messages say it (jobs.realtime.estimate_text)."""
+    return estimate_text(job.phase, job.queue_position, job.estimated_start, job.estimate_basis)

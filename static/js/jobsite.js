@@ -253,7 +253,13 @@
       }
     }
     var queue = row.querySelector("td.queue");
-    if (queue) queue.textContent = m.phase === "PENDING" && m.queue_position ? "#" + m.queue_position + " in " + m.group : "";
+    if (queue) {
+      queue.textContent = m.phase === "PENDING" && m.queue_position ? "#" + m.queue_position + " in " + m.group : "";
+      if (queue.textContent && m.estimate) {
+        queue.appendChild(document.createTextNode(" · "));
+        queue.appendChild(el("span", "estimate", m.estimate));
+      }
+    }
     var duration = row.querySelector("td.duration");
     if (duration) {
       duration.setAttribute("data-start", m.admitted_at || m.started_at || "");

@@ -11,7 +11,8 @@ FIELDS = {
     "id", "name", "group", "user", "image", "instance_type", "command", "env", "replicas", "job_type", "priority",
     "preemptible", "backoff_limit", "active_deadline_seconds", "ttl_seconds_after_finished", "request", "phase",
     "status", "color", "color_name", "reason", "message", "exit_code", "queue_position", "over_quota", "created_at",
-    "admitted_at", "started_at", "finished_at", "current_attempt", "attempts", "events",
+    "admitted_at", "started_at", "finished_at", "current_attempt", "attempts", "events", "estimated_start",
+    "estimate_basis",
 }
 
 
@@ -37,11 +38,12 @@ def test_detail_of_an_admitted_job(world, submit, client_for, django_assert_max_
     assert data["admitted_at"] and data["created_at"]
     assert data["finished_at"] is None
     assert data["queue_position"] is None
+    assert (data["estimated_start"], data["estimate_basis"]) == (None, "")
 
     attempt = Attempt.objects.get(job=job)
     [shown] = data["attempts"]
-    assert set(shown) == {"number", "node", "started_at", "running_at", "ended_at", "exit_code", "outcome",
-                          "gpu_seconds"}
+    assert set(shown) == {"number", "node", "started_at", "running_at", "ended_at", "exit_code", "failed_rank",
+                          "outcome", "gpu_seconds"}
     assert (shown["number"], shown["node"], shown["ended_at"]) == (1, attempt.node, None)
 
     reasons = [e["reason"] for e in data["events"]]

@@ -391,6 +391,39 @@ def test_queue_groups_util_usage(bob, submit):
     assert bob("usage", "--since", "tomorrow").returncode == 1
 
 
+def test_get_and_queue_show_the_estimated_start(bob, submit):
+    from datetime import datetime, timedelta
+
+    from django.utils import timezone
+
+    from scheduler.estimate import step_time
+    from scheduler.passes import duration_history_clear
+
+    duration_history_clear()
+    t0 = timezone.now()
+    submit("bob", "gpu-4", name="holder", active_deadline_seconds=20 * 86400)
+    schedule_pass(now=t0)
+    waiting = submit("pan", "gpu-4", name="waiter", active_deadline_seconds=20 * 86400)
+    behind = submit("lin", "gpu-1", name="behind")  # after 40 days
+    schedule_pass(now=t0)
+    start = step_time(t0, t0 + timedelta(days=20)).astimezone()
+    shown = f"{start:%Y-%m-%d %H:%M} (by deadlines)"
+    assert start.date() != datetime.now().astimezone().date()
+
+    get = bob("get", str(waiting.pk))
+    assert get.returncode == 0, get.stderr
+    assert any(line.split(None, 2)[:2] == ["Est.", "start:"] and line.endswith(shown)
+               for line in get.stdout.splitlines()), get.stdout
+    assert "not within 30 days" in bob("get", str(behind.pk)).stdout
+
+    queue = bob("queue", "phusers")
+    assert queue.returncode == 0, queue.stderr
+    header, *rows = queue.stdout.splitlines()
+    assert "EST. START" in header
+    assert shown in next(r for r in rows if "waiter" in r)
+    assert "not within 30 days" in next(r for r in rows if "behind" in r)
+
+
 # --- errors and exit codes ----------------------------------------------------------------------------------------
 
 
