@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 JOB_UPDATED_KEYS = {
     "type", "id", "phase", "status", "color", "color_name", "reason", "message", "queue_position", "updated_at",
     "group", "user", "name", "over_quota", "exit_code", "started_at", "finished_at", "created_at", "admitted_at",
-    "phase_label", "instance_type", "replicas", "gpu", "job_type", "attempt",
+    "phase_label", "instance_type", "replicas", "gpu", "job_type", "attempt", "estimated_start", "estimate_basis",
+    "estimate",
 }
 
 
