@@ -89,6 +89,7 @@ test: venv-dev
 
 FAST_TESTS = tests/jobs tests/test_layering.py tests/scheduler/test_decide.py tests/scheduler/test_reconcile.py \
 	tests/scheduler/test_primehub_examples.py tests/scheduler/test_leader.py tests/scheduler/test_metrics.py \
+	tests/scheduler/test_estimate.py \
 	tests/k8s/test_status.py tests/k8s/test_manifest.py tests/k8s/test_deploy.py
 
 test-fast: venv-dev
