@@ -14,44 +14,10 @@ from scheduler.backends import get_backend
 from scheduler.backends.base import ReplicaObservation, ReplicaState
 from scheduler.backends.local import LocalBackend
 from scheduler.passes import schedule_pass
-from scheduler.sync import housekeeping, sync_jobs
+
+from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def clock(django_capture_on_commit_callbacks):
-    """tick(now=...) runs one scheduler round at a given time, with after-commit effects executed."""
-
-    def tick(now=None, backend=None):
-        with django_capture_on_commit_callbacks(execute=True):
-            schedule_pass(backend=backend, now=now)
-            sync_jobs(backend=backend, now=now)
-            housekeeping(backend=backend, now=now)
-
-    return tick
-
-
-@pytest.fixture
-def act(django_capture_on_commit_callbacks):
-    """Call a service as a request would: its after-commit effects (SIGTERM, ...) run."""
-
-    def call(service, **kw):
-        with django_capture_on_commit_callbacks(execute=True):
-            return service(**kw)
-
-    return call
-
-
-def wait_for(job, phases, tick, timeout=20.0, **kw):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        tick(**kw)
-        job.refresh_from_db()
-        if job.phase in phases:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job stayed {job.phase} ({job.status}: {job.message})")
 
 
 class NeverStarts(LocalBackend):

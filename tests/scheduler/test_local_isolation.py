@@ -22,7 +22,9 @@ from scheduler.backends import get_backend, local
 from scheduler.backends.local import LocalBackend
 from scheduler.launch import attempt_launch
 from scheduler.passes import schedule_pass
-from scheduler.sync import housekeeping, sync_jobs
+from scheduler.sync import sync_jobs
+
+from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -44,41 +46,6 @@ def _kill_what_this_test_started(tmp_path):
                         os.kill(int(entry.name), signal.SIGKILL)
         except OSError:
             continue
-
-
-@pytest.fixture
-def clock(django_capture_on_commit_callbacks):
-    """clock(now=...) runs one scheduler round at a given time, with after-commit effects executed."""
-
-    def tick(now=None, backend=None):
-        with django_capture_on_commit_callbacks(execute=True):
-            schedule_pass(backend=backend, now=now)
-            sync_jobs(backend=backend, now=now)
-            housekeeping(backend=backend, now=now)
-
-    return tick
-
-
-@pytest.fixture
-def act(django_capture_on_commit_callbacks):
-    """Call a service as a request would: its after-commit effects run."""
-
-    def call(service, **kw):
-        with django_capture_on_commit_callbacks(execute=True):
-            return service(**kw)
-
-    return call
-
-
-def wait_for(job, phases, clock, timeout=20.0, **kw):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        clock(**kw)
-        job.refresh_from_db()
-        if job.phase in phases:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job stayed {job.phase} ({job.status}: {job.message}) for {timeout} s")
 
 
 def eventually(condition, timeout=10.0):
