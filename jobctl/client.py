@@ -68,10 +68,10 @@ class Api:
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, json_body: Any = None,
                 data: bytes | None = None, content_type: str | None = None, accept: str = "application/json",
-                sink: Callable[[bytes], None] | None = None) -> Reply:
+                sink: Callable[[bytes], None] | None = None, headers: dict[str, str] | None = None) -> Reply:
         """One request. 4xx/5xx raise ApiError, an unreachable server ConnectError. With ``sink`` the body is
-        streamed to it (and not kept)."""
-        headers = {"Accept": accept, "User-Agent": f"jobctl/{__version__}"}
+        streamed to it (and not kept). ``headers`` are sent as well (e.g. an `Idempotency-Key`)."""
+        headers = {**(headers or {}), "Accept": accept, "User-Agent": f"jobctl/{__version__}"}
         if self.token:
             headers["Authorization"] = f"Token {self.token}"
         if json_body is not None:

@@ -11,6 +11,7 @@ import getpass
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -164,9 +165,21 @@ def cmd_login(api: Api, args, out: Printer) -> int:
 
 def cmd_logout(api: Api, args, out: Printer) -> int:
     data = config.load()
+    revoked = ""
+    if api.token:
+        # Revoke the token on the server too, so a copy of the config file is of no use. The local copy is forgotten
+        # whatever the server says (already expired or revoked: 401; unreachable: said, and forgotten anyway).
+        try:
+            api.request("DELETE", "/api/v1/auth/token/")
+            revoked = " (token revoked)"
+        except ApiError as exc:
+            if exc.status != 401:
+                print(f"jobctl: the server did not revoke the token: {exc}", file=sys.stderr)
+        except ConnectError as exc:
+            print(f"jobctl: the token was not revoked: {exc}", file=sys.stderr)
     if (data.get("servers") or {}).pop(api.server, None) is not None:
         config.save(data)
-        print(f"Logged out of {api.server}.", file=sys.stderr)
+        print(f"Logged out of {api.server}{revoked}.", file=sys.stderr)
     else:
         print(f"Not logged in to {api.server}.", file=sys.stderr)
     return EXIT_OK
@@ -179,11 +192,14 @@ def _print_job_brief(out: Printer, job: dict, verb: str) -> None:
 
 def cmd_submit(api: Api, args, out: Printer) -> int:
     flags = _spec_from_flags(args)
+    # One key per invocation: should the request be sent again (a retry after a lost reply), the server answers
+    # the job it already made instead of making another.
+    key = {"Idempotency-Key": str(uuid.uuid4())}
     if args.file:
         text = _read_file(args.file)
         if not flags:  # the server reads the YAML (and names its errors by field path)
             reply = api.request("POST", "/api/v1/jobs/", data=text.encode(), content_type="application/yaml",
-                                params={"vocabulary": args.vocabulary})
+                                params={"vocabulary": args.vocabulary}, headers=key)
             job = reply.json()
         else:
             try:
@@ -195,11 +211,12 @@ def cmd_submit(api: Api, args, out: Printer) -> int:
             if "env" in flags and isinstance(spec.get("env"), dict):
                 flags["env"] = {**spec["env"], **flags["env"]}
             job = api.request("POST", "/api/v1/jobs/", json_body={**spec, **flags},
-                              params={"vocabulary": args.vocabulary}).json()
+                              params={"vocabulary": args.vocabulary}, headers=key).json()
     else:
         if not flags:
             raise UsageError("give a job file with -f FILE, or the job with flags (see jobctl submit --help)")
-        job = api.request("POST", "/api/v1/jobs/", json_body=flags, params={"vocabulary": args.vocabulary}).json()
+        job = api.request("POST", "/api/v1/jobs/", json_body=flags, params={"vocabulary": args.vocabulary},
+                          headers=key).json()
     if not out.data(job):
         _print_job_brief(out, job, f"submitted to {job['group']}")
     return EXIT_OK
@@ -599,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("login", cmd_login, "log in and save a token")
     p.add_argument("-u", "--username")
     p.add_argument("-p", "--password", help="(prompted for when not given)")
-    add("logout", cmd_logout, "forget the token of the server")
+    add("logout", cmd_logout, "revoke the token on the server and forget it")
 
     p = add("submit", cmd_submit, "submit a job from a YAML file (-f) and/or flags",
             epilog="Flags override the file's fields. The file holds the API's fields, e.g.\n\n"

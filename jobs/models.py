@@ -277,3 +277,21 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SubmitKey(models.Model):
+    """An `Idempotency-Key` a user sent with a submit: the same key again within `SUBMIT_KEY_TTL` answers the job it
+    made instead of making another. The unique constraint makes concurrent submits with one key make one job."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the request's body, canonical JSON.")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="submitkey_user_key")]
+        indexes = [models.Index(fields=["created_at"], name="submitkey_created")]
+
+    def __str__(self) -> str:
+        return f"{self.key} → #{self.job_id}"

@@ -14,12 +14,12 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import limits, rules
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, JobType, Phase, Priority, Resource
-from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership, Node
+from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership, Node, SubmitKey
 from .rules import QuotaLimits, fmt_amount, fmt_duration
 from .state_machine import ERROR_STATUSES, InvalidTransition, check_transition
 from .wakeup import request_pass
@@ -175,14 +175,8 @@ def job_queue_info_update(updates: dict[int, tuple[str, int | None]]) -> None:
 
     Not a status change (no event): one bulk write per scheduling pass, however long the queue.
     """
-    if not updates:
-        return
-    jobs = [Job(pk=pk, message=message, queue_position=position) for pk, (message, position) in updates.items()]
-    Job.objects.bulk_update(jobs, ["message", "queue_position"], batch_size=1000)
-    from .realtime import publish_job_changes
-
-    changed = list(updates)
-    transaction.on_commit(lambda: publish_job_changes(changed))  # one query, one small message per job
+    _bulk_update([Job(pk=pk, message=message, queue_position=position) for pk, (message, position) in updates.items()],
+                 ["message", "queue_position"])
 
 
 def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None:
@@ -191,13 +185,18 @@ def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None
 
     Not a status change (no event): one bulk write per scheduling pass, however long the queue.
     """
-    if not updates:
+    _bulk_update([Job(pk=pk, estimated_start=start, estimate_basis=basis) for pk, (start, basis) in updates.items()],
+                 ["estimated_start", "estimate_basis"])
+
+
+def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
+    """Write ``fields`` of many jobs at once and publish them after commit (one query, one small message each)."""
+    if not jobs:
         return
-    jobs = [Job(pk=pk, estimated_start=start, estimate_basis=basis) for pk, (start, basis) in updates.items()]
-    Job.objects.bulk_update(jobs, ["estimated_start", "estimate_basis"], batch_size=1000)
+    Job.objects.bulk_update(jobs, fields, batch_size=1000)
     from .realtime import publish_job_changes
 
-    changed = list(updates)
+    changed = [j.pk for j in jobs]
     transaction.on_commit(lambda: publish_job_changes(changed))
 
 
@@ -352,8 +351,40 @@ def _env_problem(env: Any) -> str | None:
     return None
 
 
+# How long an `Idempotency-Key` of a submit answers the job it made; after that the key may make a new job.
+SUBMIT_KEY_TTL = timedelta(hours=24)
+
+
+class SubmitKeyTaken(Exception):
+    """Another submit with the same `Idempotency-Key` committed first: nothing was written; ask
+    ``job_submitted_with`` for its job."""
+
+
+class SubmitKeyReused(ValidationError):
+    """The `Idempotency-Key` made a job from another request body within ``SUBMIT_KEY_TTL``."""
+
+
+def job_submitted_with(*, user: AbstractBaseUser, key: str, fingerprint: str) -> Job | None:
+    """The job a submit of ``user`` with this `Idempotency-Key` made within ``SUBMIT_KEY_TTL``, or None.
+
+    Raises ``SubmitKeyReused`` when that submit had another body (``fingerprint``)."""
+    row = (SubmitKey.objects.select_related("job")
+           .filter(user=user, key=key, created_at__gte=timezone.now() - SUBMIT_KEY_TTL).first())
+    if row is None:
+        return None
+    if row.fingerprint != fingerprint:
+        raise SubmitKeyReused(
+            f"The Idempotency-Key '{key}' was used for another request body (job #{row.job_id}) within the last "
+            f"{SUBMIT_KEY_TTL.total_seconds() / 3600:g} hours; send a new key for a new job."
+        )
+    return row.job
+
+
 @transaction.atomic
-def job_submit(*, user: AbstractBaseUser, spec: JobSpec) -> Job:
+def job_submit(*, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str = "", fingerprint: str = "") -> Job:
+    """Create a job from a validated spec. With ``idempotency_key`` the key is recorded with the job in the same
+    transaction; a concurrent submit that recorded the same key first makes this one write nothing and raise
+    ``SubmitKeyTaken`` (the unique constraint decides, not a check before the insert)."""
     now = timezone.now()
     it = spec.instance_type
     job = Job.objects.create(
@@ -379,6 +410,15 @@ def job_submit(*, user: AbstractBaseUser, spec: JobSpec) -> Job:
         status="Submitted",
         queued_at=now,
     )
+    if idempotency_key:
+        # An expired row of the same key would block the insert; the user's other expired keys go with it.
+        SubmitKey.objects.filter(user=user, created_at__lt=now - SUBMIT_KEY_TTL).delete()
+        try:
+            with transaction.atomic():
+                SubmitKey.objects.create(user=user, key=idempotency_key, fingerprint=fingerprint, job=job,
+                                         created_at=now)
+        except IntegrityError as exc:
+            raise SubmitKeyTaken(idempotency_key) from exc
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
     event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
     transaction.on_commit(request_pass)

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -24,6 +26,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from . import logs, selectors, services
+from .api import auth
 from .choices import Phase, Resource
 from .filtersets import JobFilterSet
 from .forms import JobFilterForm, JobSpecYamlForm, JobSubmitForm, initial_from_job
@@ -42,6 +45,33 @@ USAGE_DAYS_MAX = 366
 
 def _visible_job(request: HttpRequest, pk: int) -> Job:
     return get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
+
+
+# --- login --------------------------------------------------------------------------------------------------
+
+
+class LoginForm(AuthenticationForm):
+    """Django's login form, refusing at once (before checking the password) a username locked out from this client."""
+
+    def clean(self):
+        if auth.login_locked(self.request, self.data.get("username")):
+            raise ValidationError(
+                auth.TOO_MANY_ATTEMPTS.format(wait=auth.login_lock_seconds()), code="too_many_attempts"
+            )
+        return super().clean()
+
+
+class LoginView(auth_views.LoginView):
+    """The login page; a locked-out username answers 429 with the form and its message."""
+
+    form_class = LoginForm
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        if form.has_error(NON_FIELD_ERRORS, code="too_many_attempts"):
+            response.status_code = 429
+            response["Retry-After"] = str(auth.login_lock_seconds())
+        return response
 
 
 # --- list ---------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """ASGI entry point: the Django app for HTTP and the live WebSocket routes (``jobs.routing``).
 
 WebSockets are authenticated at the edge: the Origin must be one of ALLOWED_HOSTS and the user comes from the
-session cookie; the consumers close anonymous connections.
+session cookie; the consumers close anonymous connections. HTTP request bodies over JOBSITE_MAX_BODY_BYTES are
+refused (413) before Django reads them (``jobsite.limits``).
 """
 
 import os
@@ -18,10 +19,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from jobs.routing import websocket_urlpatterns  # noqa: E402
+from jobsite.limits import BodySizeLimit  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_application,
+        # Bodies over JOBSITE_MAX_BODY_BYTES: 413 before Django reads (and spools) them.
+        "http": BodySizeLimit(django_application),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

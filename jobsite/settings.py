@@ -4,9 +4,12 @@ The embedded default needs none of them: SQLite under var/, the in-memory channe
 the scheduler running inside the web process. Production sets DATABASE_URL, REDIS_URL, SECRET_KEY and so on.
 """
 
+import os
+import secrets
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("JOBSITE_VAR_DIR", default=str(BASE_DIR / "var")))
@@ -17,7 +20,8 @@ env = environ.Env(
     JOBSITE_BACKEND=(str, "local"),
 )
 
-SECRET_KEY = env.str("SECRET_KEY", default="embedded-default-not-for-production")
+# Checked in the security section at the end, once the database and Redis settings tell embedded from production.
+SECRET_KEY = env.str("SECRET_KEY", default="")
 DEBUG = env("DEBUG")
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -86,14 +90,32 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    # A pool per process (psycopg_pool) instead of persistent connections: under ASGI every sync-to-async thread
+    # kept its own connection, so one web process could exhaust PostgreSQL's max_connections under load. With the
+    # pool a process holds at most JOBSITE_DB_POOL_MAX connections whatever the load; a request waits up to
+    # JOBSITE_DB_POOL_TIMEOUT seconds for one. The pool requires CONN_MAX_AGE=0. JOBSITE_DB_POOL=false goes back
+    # to a connection per thread (CONN_MAX_AGE, default 60 s), e.g. behind an external pooler.
+    if env.bool("JOBSITE_DB_POOL", default=True):
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env.int("JOBSITE_DB_POOL_MIN", default=1),
+            "max_size": env.int("JOBSITE_DB_POOL_MAX", default=10),
+            "timeout": env.float("JOBSITE_DB_POOL_TIMEOUT", default=30.0),
+            "max_idle": 300.0,
+        }
+    else:
+        DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Failed logins are counted per username and client address (jobs.api.auth); this backend refuses a locked one.
+AUTHENTICATION_BACKENDS = ["jobs.api.auth.LockingModelBackend"]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("TIME_ZONE", default="UTC")
@@ -115,7 +137,7 @@ LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "jobs.api.auth.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -275,3 +297,39 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 # --- end of OpenAPI (issue 6) ----------------------------------------------------------------------------------
+
+# --- security (production hardening) ---------------------------------------------------------------------------
+# Production is any setup on PostgreSQL or Redis without DEBUG; `make run` (SQLite, no Redis) is the embedded default.
+EMBEDDED_SECRET_KEY = "embedded-default-not-for-production"
+SECRET_KEY_MIN_LENGTH = 32
+JOBSITE_PRODUCTION = not DEBUG and bool(REDIS_URL or DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3")
+# The test suite runs on PostgreSQL and Redis like production; pytest sets PYTEST_VERSION for its session (and the
+# processes it starts), which get a throwaway key of their own and a cache of their own (no login counts between runs).
+JOBSITE_TESTING = bool(os.environ.get("PYTEST_VERSION"))
+if not SECRET_KEY and JOBSITE_TESTING:
+    SECRET_KEY = secrets.token_urlsafe(50)
+if JOBSITE_PRODUCTION and (
+    not SECRET_KEY or SECRET_KEY == EMBEDDED_SECRET_KEY or len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH
+):
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set to a secret random value of at least "
+        f"{SECRET_KEY_MIN_LENGTH} characters in production (DATABASE_URL or REDIS_URL is set and DEBUG is off), "
+        "e.g. SECRET_KEY=\"$(openssl rand -base64 48)\"; the embedded default key is public and refused."
+    )
+SECRET_KEY = SECRET_KEY or EMBEDDED_SECRET_KEY
+
+# The cache holds the failed-login counts: Redis in production (shared by every web process), else this process.
+if REDIS_URL and not JOBSITE_TESTING:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "jobsite"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# API tokens expire this long after they were issued (a new POST /api/v1/auth/token/ then issues another).
+JOBSITE_API_TOKEN_TTL_SECONDS = env.int("JOBSITE_API_TOKEN_TTL_SECONDS", default=30 * 86400)
+# After this many failed logins of one username from one address within the window, its logins are refused (429)
+# until the window (counted from the first failure) ends.
+JOBSITE_LOGIN_MAX_FAILURES = env.int("JOBSITE_LOGIN_MAX_FAILURES", default=10)
+JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS = env.int("JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS", default=300)
+# Request bodies larger than this are refused (413) at the ASGI edge before Django reads them (jobsite.limits): far
+# above any job submission (the API itself takes at most 1 MiB).
+JOBSITE_MAX_BODY_BYTES = env.int("JOBSITE_MAX_BODY_BYTES", default=4 << 20)

@@ -85,6 +85,56 @@ class EnvField(serializers.Field):
         return value
 
 
+class StrictCharField(serializers.CharField):
+    """A JSON string only: DRF's CharField would turn ``5`` or ``true`` into text."""
+
+    default_error_messages = {"not_a_string": "Give a string, not {kind}."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_a_string", kind=_json_kind(data))
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON whole number only: DRF's IntegerField would take ``"5"``, ``5.0`` or ``true``."""
+
+    default_error_messages = {"not_an_integer": "Give a whole number, not {kind}."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("not_an_integer", kind=_json_kind(data))
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """``true`` or ``false`` only: DRF's BooleanField would take ``"yes"``, ``"0"`` or ``1``."""
+
+    default_error_messages = {"not_a_boolean": "Give true or false, not {kind}."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("not_a_boolean", kind=_json_kind(data))
+        return data
+
+
+def _json_kind(data: Any) -> str:
+    """How a value reads in a message: 'a number (5)', 'a list', ..."""
+    if data is None:
+        return "null"
+    if isinstance(data, bool):
+        return f"a boolean ({str(data).lower()})"
+    if isinstance(data, int | float):
+        return f"a number ({str(data)[:20]})"
+    if isinstance(data, str):
+        return f"a string ({data[:20]!r})"
+    if isinstance(data, Mapping):
+        return "an object"
+    if isinstance(data, list | tuple):
+        return "a list"
+    return type(data).__name__
+
+
 class StrictSerializer(serializers.Serializer):
     """Names every field of the body it does not know, with the other errors; accepts only an object."""
 
@@ -106,23 +156,23 @@ class StrictSerializer(serializers.Serializer):
 class JobSubmitSerializer(StrictSerializer):
     """Types and bounds of a submission. Membership, allowed images/types, env names and quotas: the service."""
 
-    name = serializers.CharField(required=False, allow_blank=True, max_length=limits.NAME_MAX)
-    group = serializers.CharField(max_length=63)
-    image = serializers.CharField(max_length=63)
-    instance_type = serializers.CharField(max_length=63)
-    command = serializers.CharField(trim_whitespace=False)
+    name = StrictCharField(required=False, allow_blank=True, max_length=limits.NAME_MAX)
+    group = StrictCharField(max_length=63)
+    image = StrictCharField(max_length=63)
+    instance_type = StrictCharField(max_length=63)
+    command = StrictCharField(trim_whitespace=False)
     env = EnvField(required=False)
-    replicas = serializers.IntegerField(required=False, min_value=1, max_value=limits.REPLICAS_MAX)
+    replicas = StrictIntegerField(required=False, min_value=1, max_value=limits.REPLICAS_MAX)
     job_type = serializers.ChoiceField(choices=JobType.choices, required=False)
     priority = PriorityField(required=False)
-    preemptible = serializers.BooleanField(required=False)
-    backoff_limit = serializers.IntegerField(
+    preemptible = StrictBooleanField(required=False)
+    backoff_limit = StrictIntegerField(
         required=False, allow_null=True, min_value=0, max_value=limits.BACKOFF_LIMIT_MAX
     )
-    active_deadline_seconds = serializers.IntegerField(
+    active_deadline_seconds = StrictIntegerField(
         required=False, allow_null=True, min_value=1, max_value=limits.ACTIVE_DEADLINE_MAX
     )
-    ttl_seconds_after_finished = serializers.IntegerField(
+    ttl_seconds_after_finished = StrictIntegerField(
         required=False, allow_null=True, min_value=0, max_value=limits.TTL_MAX
     )
 
@@ -148,10 +198,10 @@ BULK_MAX = 500
 
 class BulkCancelSerializer(StrictSerializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), min_length=1, max_length=BULK_MAX,
+        child=StrictIntegerField(min_value=1, max_value=2**63 - 1), min_length=1, max_length=BULK_MAX,
         help_text=f"Ids of the jobs to cancel (1 to {BULK_MAX}; repeats are done once).",
     )
-    stop = serializers.BooleanField(
+    stop = StrictBooleanField(
         required=False, default=False, help_text="Stop (restartable, status Stopped) instead of cancel."
     )
 

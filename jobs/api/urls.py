@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import GroupViewSet, JobViewSet, NotFoundApi, TokenObtainApi, UsageApi, UtilisationApi, VocabulariesApi
+from .views import GroupViewSet, JobViewSet, NotFoundApi, TokenApi, UsageApi, UtilisationApi, VocabulariesApi
 
 app_name = "api"
 
@@ -10,7 +10,7 @@ router.register("jobs", JobViewSet, basename="job")
 router.register("groups", GroupViewSet, basename="group")
 
 urlpatterns = [
-    path("auth/token/", TokenObtainApi.as_view(), name="token"),
+    path("auth/token/", TokenApi.as_view(), name="token"),
     *router.urls,
     path("utilisation/", UtilisationApi.as_view(), name="utilisation"),
     path("usage/", UsageApi.as_view(), name="usage"),

@@ -7,6 +7,8 @@ have the shape of ``jobs.api.exceptions``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from datetime import date, timedelta
 
@@ -19,7 +21,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, permissions, renderers, status, viewsets
 from rest_framework.authtoken.serializers import AuthTokenSerializer
-from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -32,10 +33,11 @@ from jobs.filtersets import JobFilterSet
 from jobs.models import Group, Job
 from jobs.state_machine import InvalidTransition
 
-from . import queries
-from .exceptions import RequestTooLarge, error_body, validation_error_from_django
+from . import auth, queries
+from .exceptions import Conflict, RequestTooLarge, error_body, validation_error_from_django
 from .pagination import JobPagination
 from .parsers import JSONParser, TextYAMLParser, XYAMLParser, YAMLParser
+from .schema import ErrorSerializer
 from .serializers import (
     AttemptDetailSerializer,
     BulkCancelResponseSerializer,
@@ -170,18 +172,55 @@ def _date_param(request: Request, name: str) -> date | None:
 # --- auth ---------------------------------------------------------------------------------------------------
 
 
-@extend_schema(
-    tags=["auth"],
-    summary="Get your API token",
-    request=AuthTokenSerializer,
-    responses={200: OpenApiResponse(
-        {"type": "object", "properties": {"token": {"type": "string"}}, "required": ["token"]},
-        description="Send it as `Authorization: Token <token>`.",
-    )},
-    auth=[],
+TOKEN_BODY = {
+    "type": "object",
+    "properties": {"token": {"type": "string"}, "expires_at": {"type": "string", "format": "date-time"}},
+    "required": ["token", "expires_at"],
+}
+
+
+@extend_schema_view(
+    post=extend_schema(
+        summary="Get your API token",
+        description="The token stays the same until it expires (`expires_at`, JOBSITE_API_TOKEN_TTL_SECONDS after "
+                    "it was issued), your password changes or you revoke it; then this issues a new one. After "
+                    "too many failed attempts for a username, its logins are refused for a while (429).",
+        request=AuthTokenSerializer,
+        responses={200: OpenApiResponse(TOKEN_BODY, description="Send it as `Authorization: Token <token>`."),
+                   429: OpenApiResponse(ErrorSerializer,
+                                        description="Too many failed login attempts; see Retry-After.")},
+        auth=[],
+    ),
+    delete=extend_schema(
+        summary="Revoke your API token",
+        description="Deletes your token: requests with it then answer 401 (`jobctl logout`).",
+        request=None,
+        responses={204: None},
+    ),
 )
-class TokenObtainApi(ApiMixin, ObtainAuthToken):
-    """``POST {username, password}`` → ``{"token": ...}``; bad credentials → 400 with a message."""
+@extend_schema(tags=["auth"])
+class TokenApi(ApiMixin, APIView):
+    """``POST {username, password}`` → ``{"token", "expires_at"}`` (bad credentials: 400; locked: 429);
+    ``DELETE`` revokes the caller's token → 204."""
+
+    def get_permissions(self):
+        if self.request.method == "POST":
+            return [permissions.AllowAny()]
+        return [permissions.IsAuthenticated()]
+
+    def post(self, request: Request) -> Response:
+        username = request.data.get("username") if isinstance(request.data, dict) else None
+        if isinstance(username, str) and auth.login_locked(request, username):
+            wait = auth.login_lock_seconds()
+            raise exceptions.Throttled(wait=wait, detail=auth.TOO_MANY_ATTEMPTS.format(wait=wait))
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        token = auth.token_issue(user=serializer.validated_data["user"])
+        return Response({"token": token.key, "expires_at": auth.token_expires_at(token)})
+
+    def delete(self, request: Request) -> Response:
+        auth.token_revoke(user=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 # --- jobs ---------------------------------------------------------------------------------------------------
@@ -209,6 +248,38 @@ LOG_HEADERS = [
                      enum=["true", "false"],
                      description="`true` once the job has ended: a log read after that is complete."),
 ]
+
+
+IDEMPOTENCY_KEY_MAX = 255
+IDEMPOTENCY_KEY_PARAM = OpenApiParameter(
+    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+    description=f"Makes a retried submit safe: 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters, new for each "
+                "job (a UUID). The same key and body from the same user within 24 hours answer the first job; the "
+                "answer then has `Idempotent-Replayed: true`.",
+)
+
+
+class IdempotencyKeyReused(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "The Idempotency-Key was used for another request body; send a new key for a new job."
+    default_code = "idempotency_key_reused"
+
+
+def _idempotency_key(request: Request) -> str:
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if "Idempotency-Key" in request.headers and not (
+        0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isascii() and key.isprintable()
+    ):
+        raise exceptions.ValidationError(
+            {"Idempotency-Key": [f"Send 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters (a UUID)."]}
+        )
+    return key
+
+
+def _fingerprint(data) -> str:
+    """The request body as canonical JSON, hashed: the same job spec as JSON or YAML has one fingerprint."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @extend_schema_view(
@@ -259,28 +330,59 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data, status=status_code,
                         **kw)
 
-    def _submit(self, request: Request, data) -> Job:
+    def _submit(self, request: Request, data, *, idempotency_key: str = "", fingerprint: str = "") -> Job:
         serializer = JobSubmitSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         try:
             spec = services.job_spec_validate(user=request.user, data=serializer.validated_data)
         except DjangoValidationError as exc:
             raise validation_error_from_django(exc) from exc
-        return services.job_submit(user=request.user, spec=spec)
+        return services.job_submit(user=request.user, spec=spec, idempotency_key=idempotency_key,
+                                   fingerprint=fingerprint)
 
     @extend_schema(
         summary="Submit a job",
         description="A JSON object, or the same fields as a YAML document (`Content-Type: application/yaml`). "
                     "Unknown fields, wrong types and rules of the group (membership, images, instance types, "
-                    "quotas) answer 400 naming each field; nothing is written then.",
+                    "quotas) answer 400 naming each field; nothing is written then.\n\n"
+                    "With an `Idempotency-Key` header a retried submit is safe: the same key with the same body "
+                    "from the same user within 24 hours answers the job the first one made (201, its current "
+                    "detail, `Idempotent-Replayed: true`) instead of making another; the same key with another "
+                    "body is a 422. Keys are per user.",
         request=JobSubmitSerializer,
-        responses={201: JobDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY_PARAM],
+        responses={201: JobDetailSerializer,
+                   422: OpenApiResponse(ErrorSerializer,
+                                        description="The Idempotency-Key was used with another request body.")},
     )
     def create(self, request: Request, *args, **kwargs) -> Response:
         self._vocabulary_checked()
-        job = self._submit(request, request.data)
+        key = _idempotency_key(request)
+        fingerprint = _fingerprint(request.data) if key else ""
+        replayed = False
+        job = self._submitted_with(request, key, fingerprint) if key else None
+        if job is not None:
+            replayed = True
+        else:
+            try:
+                job = self._submit(request, request.data, idempotency_key=key, fingerprint=fingerprint)
+            except services.SubmitKeyTaken:
+                # A concurrent submit with the same key committed first: answer its job.
+                job = self._submitted_with(request, key, fingerprint)
+                if job is None:
+                    raise Conflict("A submit with the same Idempotency-Key is in progress; try again.") from None
+                replayed = True
         location = reverse("api:job-detail", kwargs={"pk": job.pk}, request=request)
-        return self._detail(job, status_code=status.HTTP_201_CREATED, headers={"Location": location})
+        headers = {"Location": location}
+        if key:
+            headers["Idempotent-Replayed"] = "true" if replayed else "false"
+        return self._detail(job, status_code=status.HTTP_201_CREATED, headers=headers)
+
+    def _submitted_with(self, request: Request, key: str, fingerprint: str) -> Job | None:
+        try:
+            return services.job_submitted_with(user=request.user, key=key, fingerprint=fingerprint)
+        except services.SubmitKeyReused as exc:
+            raise IdempotencyKeyReused(" ".join(exc.messages)) from exc
 
     def _vocabulary_checked(self) -> None:
         _vocabulary(self.request)  # a bad ?vocabulary= is a 400 before anything is written

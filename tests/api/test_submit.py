@@ -148,6 +148,24 @@ BAD_INPUTS = {
     ),
     "over the quotas in phusers": ("bob", {"instance_type": "gpu-4", "replicas": 2}, "replicas"),
     "unknown field": ("bob", {"foo": 1}, "foo"),
+    # Strict JSON types: nothing is converted behind the caller's back.
+    "command a number": ("bob", {"command": 5}, "command"),
+    "command a list": ("bob", {"command": ["python", "train.py"]}, "command"),
+    "command a boolean": ("bob", {"command": True}, "command"),
+    "group a number": ("bob", {"group": 7}, "group"),
+    "image an object": ("bob", {"image": {"name": "base-notebook"}}, "image"),
+    "instance type a number": ("bob", {"instance_type": 1}, "instance_type"),
+    "name a number": ("bob", {"name": 2024}, "name"),
+    "env value a list": ("bob", {"env": {"A": [1]}}, "env"),
+    "env value null": ("bob", {"env": {"A": None}}, "env"),
+    "env value a boolean": ("bob", {"env": {"A": True}}, "env"),
+    "replicas a string": ("bob", {"replicas": "2"}, "replicas"),
+    "replicas a whole float": ("bob", {"replicas": 2.0}, "replicas"),
+    "replicas a boolean": ("bob", {"replicas": True}, "replicas"),
+    "backoff limit a string": ("bob", {"backoff_limit": "3"}, "backoff_limit"),
+    "deadline a string": ("bob", {"active_deadline_seconds": "3600"}, "active_deadline_seconds"),
+    "preemptible a string": ("bob", {"preemptible": "true"}, "preemptible"),
+    "preemptible a number": ("bob", {"preemptible": 1}, "preemptible"),
 }
 
 
@@ -217,3 +235,19 @@ def test_bodies_that_are_not_a_json_object(world, client_for, body, content_type
     assert response.status_code in (400, 415)
     assert response.json()
     assert_nothing_written()
+
+
+@pytest.mark.django_db
+def test_type_errors_say_what_was_given(world, client_for):
+    errors = post(client_for("bob"), {**GOOD, "command": 5, "replicas": "2", "preemptible": "yes"}).json()["errors"]
+    assert errors["command"] == ["Give a string, not a number (5)."]
+    assert errors["replicas"] == ["Give a whole number, not a string ('2')."]
+    assert errors["preemptible"] == ["Give true or false, not a string ('yes')."]
+    assert_nothing_written()
+
+
+@pytest.mark.django_db
+def test_env_numbers_are_still_kept_as_strings(world, client_for):
+    response = post(client_for("bob"), {**GOOD, "env": {"EPOCHS": 10, "LR": 0.1}})
+    assert response.status_code == 201, response.content[:300]
+    assert Job.objects.get().env == {"EPOCHS": "10", "LR": "0.1"}

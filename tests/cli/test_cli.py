@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import stat
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -86,8 +88,17 @@ def test_not_logged_in_says_how_to(jobctl):
 
 
 def test_logout(bob):
-    assert bob("logout").returncode == 0
+    [entry] = json.loads(bob.config_file.read_text())["servers"].values()
+    token = entry["token"]
+    result = bob("logout")
+    assert result.returncode == 0
+    assert "token revoked" in result.stderr
     assert bob("list").returncode == 1
+    # The token is revoked on the server too: a saved copy of it is of no use.
+    request = urllib.request.Request(bob.url + "/api/v1/jobs/", headers={"Authorization": f"Token {token}"})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(request, timeout=10)
+    assert exc.value.code == 401
 
 
 # --- submit, list, get, describe ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from .api import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 180  # seconds for `make run` / `make prod` to answer its first request
 
 
 @contextmanager
@@ -29,12 +30,14 @@ def make_server(target: str, var_dir: Path, **extra_env: str):
     proc = subprocess.Popen(["make", "--no-print-directory", target], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    # Generous: on a busy 2-core machine `make prod` migrates, collects static files and seeds before it serves,
+    # and the first request (imports, the first database connections) can take many seconds.
+    deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            urllib.request.urlopen(base + "/login/", timeout=2)
+            urllib.request.urlopen(base + "/login/", timeout=min(30, max(1, deadline - time.monotonic())))
             break
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, OSError):  # refused, reset, or a read that timed out (TimeoutError)
             time.sleep(0.3)
     try:
         if proc.poll() is not None or time.monotonic() >= deadline:

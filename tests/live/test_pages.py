@@ -357,7 +357,7 @@ def test_yaml_spec_upload(login, world):
     ("name: [unclosed", "YAML parse error at line 1, column 16: while parsing a flow sequence"),
     ("- a list\n- of things", "A job spec is a mapping of field: value"),
     ("name: x\nfoo: 1\ngpus: 2", "foo: Unknown field."),
-    ("replicas: many", "replicas: A valid integer is required."),
+    ("replicas: many", "replicas: Give a whole number, not a string (&#x27;many&#x27;)."),
     ("replicas: 0", "replicas: Ensure this value is greater than or equal to 1."),
     ("priority: urgent", "priority: &#x27;urgent&#x27; is not a priority: use low, normal or high (or 0, 50, 100)."),
     ("env: [A, B]", "env: Give environment variables as an object of NAME: value."),

@@ -1,0 +1,114 @@
+"""The web process under ASGI holds at most JOBSITE_DB_POOL_MAX PostgreSQL connections, whatever the load."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from .api import call, free_port
+from .servers import ROOT, START_TIMEOUT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PG = "postgres://postgres@127.0.0.1:5432"
+POOL_MAX = 3
+
+
+def _connections(admin: psycopg.Connection, db: str) -> int:
+    return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [db]).fetchone()[0]
+
+
+@pytest.fixture
+def pooled_web(tmp_path):
+    """uvicorn alone (the scheduler and worker are other processes) on its own database: every connection to
+    that database is the web's."""
+    db = f"jobsite_pooltest_{os.getpid()}"
+    admin = psycopg.connect(f"{PG}/postgres", autocommit=True)
+    admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
+    admin.execute(f'CREATE DATABASE "{db}"')
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(DATABASE_URL=f"{PG}/{db}", REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"),
+               JOBSITE_SCHEDULER_MODE="process", JOBSITE_VAR_DIR=str(tmp_path / "var"), DEMO_PASSWORD="pool-pass",
+               JOBSITE_DB_POOL_MAX=str(POOL_MAX), JOBSITE_LOCAL_USE_NVIDIA_SMI="false",
+               SECRET_KEY="pool-test-" + "k" * 40)
+    for command in (["migrate", "--noinput"], ["seed_demo"]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True,
+                       timeout=START_TIMEOUT)
+    port = free_port()
+    log = open(tmp_path / "uvicorn.log", "wb")
+    proc = subprocess.Popen([str(ROOT / ".venv/bin/uvicorn"), "jobsite.asgi:application", "--host", "127.0.0.1",
+                             "--port", str(port), "--no-access-log"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(base + "/login/", timeout=30)
+                break
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.3)
+        else:
+            pytest.fail("uvicorn did not serve:\n" + (tmp_path / "uvicorn.log").read_text()[-5000:])
+        yield base, db, admin
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+        admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.close()
+
+
+def test_many_concurrent_requests_use_at_most_the_pool_of_connections(pooled_web):
+    base, db, admin = pooled_web
+    token = call(base, "POST", "/api/v1/auth/token/", {"username": "bob", "password": "pool-pass"})["token"]
+    peak = 0
+    stop = threading.Event()
+
+    def sample():
+        nonlocal peak
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            while not stop.is_set():
+                peak = max(peak, _connections(conn, db))
+                stop.wait(0.02)
+
+    def request(i: int) -> int:
+        if i % 4 == 0:
+            body = json.dumps({"group": "phusers", "image": "base-notebook", "instance_type": "cpu-tiny",
+                               "command": "true"}).encode()
+            req = urllib.request.Request(base + "/api/v1/jobs/", data=body, method="POST",
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": f"Token {token}"})
+        else:
+            req = urllib.request.Request(base + "/api/v1/jobs/?page_size=5",
+                                         headers={"Authorization": f"Token {token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with ThreadPoolExecutor(max_workers=40) as pool:
+            statuses = list(pool.map(request, range(160)))
+    finally:
+        stop.set()
+        sampler.join(timeout=60)
+
+    assert sorted(set(statuses)) == [200, 201], statuses
+    assert 1 <= peak <= POOL_MAX, peak
+    assert _connections(admin, db) <= POOL_MAX  # and no more stay open afterwards
