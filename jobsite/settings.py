@@ -55,6 +55,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "jobsite.security.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -333,3 +334,19 @@ JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS = env.int("JOBSITE_LOGIN_FAILURE_WINDOW_SEC
 # Request bodies larger than this are refused (413) at the ASGI edge before Django reads them (jobsite.limits): far
 # above any job submission (the API itself takes at most 1 MiB).
 JOBSITE_MAX_BODY_BYTES = env.int("JOBSITE_MAX_BODY_BYTES", default=4 << 20)
+# Every response's Content-Security-Policy (jobsite.security); empty: none. Scripts, styles, fonts and images come
+# from this site only, WebSockets and fetches go to it only, and no other site may frame the pages.
+JOBSITE_CSP = env.str("JOBSITE_CSP", default=(
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'"
+))
+# Served over HTTPS (TLS ending at the ingress or proxy, which sets X-Forwarded-Proto): browsers are told to use
+# HTTPS only (HSTS), cookies are sent over HTTPS only, and plain HTTP is redirected. Off by default, as `make run`
+# and `make prod` serve plain HTTP on this machine; probes reach /healthz over HTTP before the redirect.
+JOBSITE_HTTPS = env.bool("JOBSITE_HTTPS", default=False)
+if JOBSITE_HTTPS:
+    SECURE_HSTS_SECONDS = env.int("JOBSITE_HSTS_SECONDS", default=365 * 86400)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
