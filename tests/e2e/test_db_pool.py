@@ -2,11 +2,9 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +13,7 @@ import psycopg
 import pytest
 
 from .api import call, free_port
-from .servers import ROOT, START_TIMEOUT
+from .servers import ROOT, START_TIMEOUT, serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -44,29 +42,12 @@ def pooled_web(tmp_path):
         subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True,
                        timeout=START_TIMEOUT)
     port = free_port()
-    log = open(tmp_path / "uvicorn.log", "wb")
-    proc = subprocess.Popen([str(ROOT / ".venv/bin/uvicorn"), "jobsite.asgi:application", "--host", "127.0.0.1",
-                             "--port", str(port), "--no-access-log"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT
+    argv = [str(ROOT / ".venv/bin/uvicorn"), "jobsite.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+            "--no-access-log"]
     try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(base + "/login/", timeout=30)
-                break
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.3)
-        else:
-            pytest.fail("uvicorn did not serve:\n" + (tmp_path / "uvicorn.log").read_text()[-5000:])
-        yield base, db, admin
+        with serving(argv, env, tmp_path / "uvicorn.log", port, "uvicorn") as base:
+            yield base, db, admin
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
         admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         admin.close()
 
