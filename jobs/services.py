@@ -183,10 +183,15 @@ def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None
     """Record when pending jobs are expected to start, and on what basis ("deadlines" or "history"; a None start:
     not within the scheduler's horizon). The scheduling pass passes only the estimates that changed.
 
-    Not a status change (no event): one bulk write per scheduling pass, however long the queue.
+    Not a status change (no event): one bulk write per scheduling pass, however long the queue. Written after the
+    pass has committed, so only jobs still pending (their rows locked for the write) take their estimate.
     """
-    _bulk_update([Job(pk=pk, estimated_start=start, estimate_basis=basis) for pk, (start, basis) in updates.items()],
-                 ["estimated_start", "estimate_basis"])
+    if not updates:
+        return
+    with transaction.atomic():
+        pending = Job.objects.select_for_update().filter(pk__in=list(updates), phase=Phase.PENDING)
+        _bulk_update([Job(pk=pk, estimated_start=updates[pk][0], estimate_basis=updates[pk][1])
+                      for pk in pending.values_list("pk", flat=True)], ["estimated_start", "estimate_basis"])
 
 
 def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
@@ -486,8 +491,7 @@ def job_terminate(*, job: Job, target: str, reason: str, message: str, now: date
 def job_preempt(*, job: Job, by_job_id: int, message: str, now: datetime | None = None) -> Job:
     """Evict a running preemptible job for ``by_job_id``: a training job comes back PENDING (keeping its place
     in the queue, a new attempt, no backoff spent); an interactive one ends PREEMPTED."""
-    job_type = Job.objects.filter(pk=job.pk).values_list("job_type", flat=True).get()  # ``job`` may be a stand-in
-    target = Phase.PENDING if job_type == JobType.TRAINING else Phase.PREEMPTED
+    target = Phase.PENDING if job.job_type == JobType.TRAINING else Phase.PREEMPTED
     job = job_terminate(job=job, target=target, reason="Preempted", message=message, now=now)
     by = Job.objects.filter(pk=by_job_id).first()
     if by:

@@ -139,12 +139,14 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
         waiting: list[int] = []
         requests = {j.id: j for j in snap.queued}
         refreshed: dict[int, tuple[str, int | None]] = {}
+        victims = Job.objects.in_bulk([o.job_id for o in outcomes if o.verdict == Verdict.PREEMPT])
         for outcome in outcomes:
             try:
                 if outcome.verdict == Verdict.PREEMPT:
-                    services.job_preempt(job=Job(pk=outcome.job_id), by_job_id=outcome.by, message=outcome.message,
-                                         now=now)
-                    result.preempted.append(outcome.job_id)
+                    if outcome.job_id in victims:
+                        services.job_preempt(job=victims[outcome.job_id], by_job_id=outcome.by,
+                                             message=outcome.message, now=now)
+                        result.preempted.append(outcome.job_id)
                     continue
                 phase, reason, message, position = snap.shown[outcome.job_id]
                 if outcome.verdict == Verdict.ADMIT:
@@ -168,11 +170,13 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
             else:
                 result.inadmissible += 1
         services.job_queue_info_update(refreshed)
-        services.job_estimate_update(estimate_changes(snap, outcomes, history, clock, waiting))
         admitted = list(result.admitted)
         transaction.on_commit(lambda: launch_jobs(admitted, backend=backend))
         waited = [requests[i].queued_at for i in admitted]
         transaction.on_commit(lambda: [metrics.observe_admission(queued_at) for queued_at in waited])
+    # After the scheduling lock is released: the simulation is CPU work no other pass need wait for, and the write
+    # touches only jobs still pending.
+    services.job_estimate_update(estimate_changes(snap, outcomes, history, clock, waiting))
     return result
 
 
