@@ -4,6 +4,7 @@
 #   make prod    the production topology here: PostgreSQL, Redis, web, scheduler, Celery worker+beat
 #   make test    start PostgreSQL/Redis (and install Chromium) if needed, lint, then run pytest
 #   make test-fast  the pure and service tests only (decisions, services, layering, manifests): under a minute
+#   make chaos   kill -9 the production topology's processes under 300 jobs (CHAOS_ARGS, e.g. --seed 7): all 0
 #   make lint    ruff check
 #   make venv    create .venv and install requirements.txt (only when it changed)
 #   make clean   remove var/ and caches (keeps .venv)
@@ -29,7 +30,7 @@ SHELL = /bin/bash
 .SHELLFLAGS = -eu -o pipefail -c
 .DEFAULT_GOAL = help
 
-.PHONY: help venv venv-dev run prod test test-fast lint services clean
+.PHONY: help venv venv-dev run prod test test-fast chaos lint services clean
 
 help:
 	@sed -n 's/^#   make /make /p' $(MAKEFILE_LIST)
@@ -89,7 +90,8 @@ test: venv-dev
 
 FAST_TESTS = tests/jobs tests/test_layering.py tests/scheduler/test_decide.py tests/scheduler/test_reconcile.py \
 	tests/scheduler/test_primehub_examples.py tests/scheduler/test_leader.py tests/scheduler/test_metrics.py \
-	tests/scheduler/test_estimate.py \
+	tests/scheduler/test_estimate.py tests/scheduler/test_crash_points.py tests/scheduler/test_admission_heads.py \
+	tests/scheduler/test_sim.py tests/scheduler/test_sandbox.py \
 	tests/k8s/test_status.py tests/k8s/test_manifest.py tests/k8s/test_deploy.py
 
 test-fast: venv-dev
@@ -97,6 +99,12 @@ test-fast: venv-dev
 	$(VENV)/bin/ruff check .
 	DATABASE_URL='$(TEST_DATABASE_URL)' REDIS_URL='$(TEST_REDIS_URL)' \
 		$(VENV_PY) -m pytest $(FAST_TESTS) $(PYTEST_ARGS)
+
+# The chaos suite: PostgreSQL database jobsite_chaos (emptied) and Redis db 3 unless CHAOS_ARGS says otherwise.
+CHAOS_ARGS ?=
+
+chaos: venv
+	$(VENV_PY) scripts/chaos.py $(CHAOS_ARGS)
 
 # --- housekeeping ----------------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/throughput.py                 # 1,000 jobs each, 1 round
     .venv/bin/python bench/throughput.py --jobs 200 --rounds 3
+    .venv/bin/python bench/throughput.py --jobs 200 --no-slurm --profile   # jobsite alone, where its time went
 
 Both sides get the same work: ``--jobs`` jobs of ``true``, each asking for one of 8 GPUs, submitted one by one
 (each submit waits for its answer), and the clock stops when the last one has ended. jobsite runs as `make run`
@@ -22,17 +23,26 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = str(ROOT / ".venv" / "bin" / "python")
 GOAL = 2.0
 PASSWORD = "bench-pass"
+
+
+def _ts(text: str | None) -> float:
+    """A time as SQLite keeps Django's (UTC, ISO), in seconds since the epoch."""
+    if not text:
+        return float("nan")
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
 def free_port() -> int:
@@ -113,9 +123,43 @@ class Jobsite:
         body = {"group": "research", "image": "base-notebook", "instance_type": "gpu-1", "command": "true"}
         t0 = time.monotonic()
         for n in range(jobs):
-            self.call("POST", "/api/v1/jobs/", {**body, "name": f"tput-{n}"})
+            job = self.call("POST", "/api/v1/jobs/", {**body, "name": f"tput-{n}"})
+            if n == 0:
+                self.first_job = job["id"]
+        self.submitted = time.monotonic() - t0
         wait_until(lambda: self.in_flight() == 0, 1800, "jobsite's jobs to end")
-        return jobs / (time.monotonic() - t0)
+        self.wall = time.monotonic() - t0
+        return jobs / self.wall
+
+    def profile(self) -> None:
+        """Where a trivial job's time went, from the database and the replicas' state files: the medians of each
+        step from submit to the end the scheduler noticed."""
+        db = sqlite3.connect(self.var / "var" / "jobsite.sqlite3")
+        rows = db.execute(
+            "SELECT j.id, j.created_at, a.started_at, a.launched_at, a.number, j.finished_at, "
+            "(SELECT MIN(e.time) FROM jobs_jobevent e WHERE e.attempt_id = a.id AND e.reason = 'Started') "
+            "FROM jobs_job j JOIN jobs_attempt a ON a.job_id = j.id WHERE j.phase = 'SUCCEEDED' AND j.id >= ?",
+            (self.first_job,)).fetchall()
+        db.close()
+        steps: dict[str, list[float]] = {}
+        state = self.var / "var" / "local" / "state"
+        for job_id, submitted, admitted, launched, number, finished, started in rows:
+            exit_file = state / f"job-{job_id}" / f"attempt-{number}" / "replica-0" / "exit_code"
+            try:
+                exited = exit_file.stat().st_mtime
+            except OSError:
+                continue
+            times = [("submitted", _ts(submitted)), ("admitted", _ts(admitted)), ("launch claimed", _ts(launched)),
+                     ("launch returned", _ts(started)), ("exited", exited), ("noticed (Succeeded)", _ts(finished))]
+            for (_, a), (name, b) in zip(times, times[1:], strict=False):
+                steps.setdefault(name, []).append(b - a)
+        held = sum(_ts(finished) - _ts(admitted) for _, _, admitted, _, _, finished, _ in rows)
+        print(f"profile of the last round: submits took {self.submitted:.1f} of its {self.wall:.1f} s; GPUs held "
+              f"{held / (8 * self.wall):.0%} of the time (admission to the end noticed)")
+        print(f"{len(rows)} jobs (median / p90 seconds since the step before):")
+        for name, values in steps.items():
+            values.sort()
+            print(f"  {name:22} {statistics.median(values):7.3f} / {values[int(len(values) * 0.9)]:7.3f}")
 
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGTERM)
@@ -218,9 +262,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="print where jobsite's jobs spent their time")
+    parser.add_argument("--no-slurm", action="store_true", help="run jobsite only")
     args = parser.parse_args()
 
-    missing = Slurm.missing()
+    missing = "--no-slurm given" if args.no_slurm else Slurm.missing()
     if missing:
         print(f"Slurm skipped: {missing}")
     site = Jobsite()
@@ -235,6 +281,8 @@ def main() -> None:
                 rate = side.run(args.jobs)
                 rates[name].append(rate)
                 print(f"round {rnd}: {name:7} {args.jobs} jobs, {rate:6.1f} jobs/s", flush=True)
+        if args.profile:
+            site.profile()
     finally:
         site.stop()
         if slurm is not None:

@@ -170,6 +170,14 @@ JOBSITE_LOCAL_USE_NVIDIA_SMI = env.bool("JOBSITE_LOCAL_USE_NVIDIA_SMI", default=
 JOBSITE_LOCAL_NODE = env.str("JOBSITE_LOCAL_NODE", default="local")
 # Seconds a launched replica's supervisor may take to start (write its pid); past it the replica is lost.
 JOBSITE_LOCAL_START_TIMEOUT_SECONDS = env.int("JOBSITE_LOCAL_START_TIMEOUT_SECONDS", default=60)
+# Job isolation on the local backend (README "Job isolation"): "auto" (bubblewrap when installed, else unsandboxed
+# with a warning), "bwrap" (required: the scheduler refuses to start without it) or "off" (unsandboxed).
+JOBSITE_LOCAL_SANDBOX = env.str("JOBSITE_LOCAL_SANDBOX", default="auto")
+# The unprivileged user and group sandboxed job processes run as.
+JOBSITE_LOCAL_SANDBOX_UID = env.int("JOBSITE_LOCAL_SANDBOX_UID", default=65534)
+JOBSITE_LOCAL_SANDBOX_GID = env.int("JOBSITE_LOCAL_SANDBOX_GID", default=65534)
+# Paths every sandboxed job sees read-only besides the system (software, datasets); comma-separated.
+JOBSITE_LOCAL_SANDBOX_PATHS = env.list("JOBSITE_LOCAL_SANDBOX_PATHS", default=[str(BASE_DIR / "examples")])
 # Seconds between SIGTERM and SIGKILL when a job is cancelled.
 JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
 JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)
@@ -263,8 +271,13 @@ JOBSITE_LOG_ROOT = Path(env.str("JOBSITE_LOG_ROOT", default=str(VAR_DIR / "logs"
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "jobsite:ws", "capacity": 1000, "expiry": 30},
+            # Pub/sub: a change is one PUBLISH per audience, pushed to each web process's one subscriber (the
+            # process's jobs.realtime.Hub, which feeds its sockets from memory). No per-message round trips (the
+            # list-based layer spent four per message received), and group memberships live in the processes:
+            # a socket that goes, or a process that dies, leaves nothing behind in Redis. Live updates are
+            # at-most-once by design: a page that reconnects is sent what changed (jobs.consumers).
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "jobsite:ws:"},
         }
     }
 else:
@@ -334,6 +347,9 @@ JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS = env.int("JOBSITE_LOGIN_FAILURE_WINDOW_SEC
 # Request bodies larger than this are refused (413) at the ASGI edge before Django reads them (jobsite.limits): far
 # above any job submission (the API itself takes at most 1 MiB).
 JOBSITE_MAX_BODY_BYTES = env.int("JOBSITE_MAX_BODY_BYTES", default=4 << 20)
+# Django reads bodies up to the same size (its default, 2.5 MB, would answer a bare 400 page): the edge refuses
+# anything larger, so an oversized form field reaches its form and is refused next to the field, the form kept.
+DATA_UPLOAD_MAX_MEMORY_SIZE = JOBSITE_MAX_BODY_BYTES
 # Every response's Content-Security-Policy (jobsite.security); empty: none. Scripts, styles, fonts and images come
 # from this site only, WebSockets and fetches go to it only, and no other site may frame the pages.
 JOBSITE_CSP = env.str("JOBSITE_CSP", default=(

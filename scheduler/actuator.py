@@ -36,6 +36,11 @@ class Actuator:
         with self._lock:
             return self._stops.get(attempt_id, "")
 
+    def in_flight(self, kind: str, key: int) -> bool:
+        """Whether a call (``kind`` "launch", "stop", ... of job or attempt ``key``) is queued or running here."""
+        with self._lock:
+            return (kind, key) in self._queued
+
     def forget(self, live_attempt_ids: set[int]) -> None:
         """Drop what is remembered of attempts that no longer hold resources."""
         with self._lock:

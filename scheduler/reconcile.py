@@ -7,9 +7,15 @@ backend. No ORM, no I/O, no clock; ``scheduler.sync`` reads the inputs and appli
 
 The rules, in order (DESIGN.md §2–3):
 - an attempt admitted but never launched is launched;
+- an attempt whose replicas are seen to have started while its "Started" event is missing (the launcher died
+  between starting them and writing it) gets the event first, so the trail has no hole;
+- an attempt whose launch was claimed ``start_timeout`` seconds ago while nothing of it exists or is known (every
+  replica starting, none present, no status: the launcher died before starting it) is requeued at once as a new
+  attempt (counted against the requeue limit, then FAILED), never left starting;
 - TERMINATING: done (→ its target) once no replica is left; until then the replicas are stopped with the job's grace
-  period, once; force-stopped only when a replica's node is lost or they are still there ``stuck_after`` seconds
-  after the stop (never merely because a grace period elapsed on our side);
+  period, once (again by a new leader, which does not know what the old one sent: forced at once when the stop is
+  already ``stuck_after`` old); force-stopped only when a replica's node is lost or they are still there
+  ``stuck_after`` seconds after the stop (never merely because a grace period elapsed on our side);
 - a lost replica makes the job UNKNOWN; after ``node_lost_grace`` the attempt fails as NodeLost, its replicas are
   force-stopped and, once they are gone, the job is requeued without spending its backoff;
 - a replica that cannot run at all fails the job (no retry);
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,6 +51,7 @@ class Timing:
     node_lost_grace: float = 300
     requeue_limit: int = 5
     stuck_after: float = 600  # seconds after a graceful stop before replicas still there are force-stopped
+    start_timeout: float = 60  # seconds after a launch was claimed by which something of the attempt must exist
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ class JobView:
     updated_at: datetime | None = None  # for UNKNOWN: since when
     attempt_started_at: datetime | None = None
     launched: bool = True
+    launched_at: datetime | None = None  # when the launch was claimed
+    started_recorded: bool = True  # the attempt's "Started" event is written (or its launch is still under way)
     node: str = ""
     restarts: int = 0  # in-place restarts of the attempt so far
     requeues: int = 0  # attempts of the job requeued so far
@@ -89,6 +98,11 @@ class Stop:
 @dataclass(frozen=True)
 class Relaunch:
     """Start the replicas of the current attempt again, in place (after the transition has committed)."""
+
+
+@dataclass(frozen=True)
+class RecordStarted:
+    """Write the attempt's missing "Started" event (its launcher died before it could)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +148,8 @@ class FinishTermination:
     abandoned: str = ""  # replicas still there long after a forced stop: given up on, said in a Warning event
 
 
-Action = Launch | Stop | Relaunch | CountRestart | Transition | Terminate | RetryOrFail | FinishTermination
+Action = (Launch | Stop | Relaunch | RecordStarted | CountRestart | Transition | Terminate | RetryOrFail
+          | FinishTermination)
 
 ENDED = frozenset({S.EXITED, S.LOST})
 STOPPING_OTHERS = "; stopping the other replicas"
@@ -168,6 +183,10 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
         return [Launch()]
     if job.phase == Phase.TERMINATING:
         return _terminating(job, seen, now, timing)
+    if not job.started_recorded and any(o.state in (S.RUNNING, S.EXITED) for o in seen):
+        return [RecordStarted(), *reconcile(replace(job, started_recorded=True), seen, now, timing)]
+    if job.phase == Phase.PREPARING and (never := _never_started(job, seen, now, timing)) is not None:
+        return [never]
 
     states = {o.state for o in seen}
     ended = [o for o in seen if o.state in ENDED]
@@ -251,14 +270,33 @@ def _progress(status: str) -> int | None:
     return PROGRESS.index(name) if name in PROGRESS else None
 
 
+def _never_started(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> Terminate | None:
+    """A launch claimed long ago of which nothing exists and nothing is known (every replica "starting" with no
+    status, none present): its launcher died before starting it. Requeued at once (a new attempt, no delay), counted
+    against the requeue limit. (A replica the backend reports lost goes the NodeLost way; one with a status, e.g. a
+    pod waiting for a node, the preparing timeout's.)"""
+    if job.launched_at is None or not seen or any(o.present or o.state != S.STARTING or o.status for o in seen):
+        return None
+    waited = int((now - job.launched_at).total_seconds())
+    if waited <= timing.start_timeout:
+        return None
+    what = f"Launched {waited} s ago, nothing of it started (its launcher was interrupted)"
+    if job.requeues >= timing.requeue_limit:
+        return Terminate(Phase.FAILED, "RequeueLimitExceeded", f"{what}, after {job.requeues} requeue(s): giving up")
+    return Terminate(Phase.PENDING, "Requeued",
+                     f"{what}: requeued ({job.requeues + 1}/{timing.requeue_limit}) as a new attempt")
+
+
 def _terminating(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> list[Action]:
     if all(o.state in ENDED and not o.present for o in seen):
         return [_finish(job, seen)]
     lost = any(o.state == S.LOST for o in seen)
-    if not job.stop_sent:
-        return [Stop(force=lost, why="node lost" if lost else "graceful")]
     since = job.terminating_since or now
     waited = int((now - since).total_seconds())
+    if not job.stop_sent:  # none sent by this scheduler: the first, or a new leader taking over a stop
+        if not lost and waited > timing.stuck_after:
+            return [Stop(force=True, why=f"still there {waited} s after the stop")]
+        return [Stop(force=lost, why="node lost" if lost else "graceful")]
     if job.stop_sent == "forced":
         if waited > 2 * timing.stuck_after:  # bounded: a TERMINATING job always reaches its end
             left = ", ".join(str(o.rank) for o in seen if o.present or o.state not in ENDED)

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
-from jobs.models import Attempt, Job
+from jobs.models import Attempt, Job, JobEvent
 from jobs.state_machine import InvalidTransition
 
 from .actuator import Actuator, get_actuator
@@ -32,6 +32,7 @@ from .reconcile import (
     FinishTermination,
     JobView,
     Launch,
+    RecordStarted,
     Relaunch,
     RetryOrFail,
     Stop,
@@ -50,6 +51,7 @@ def timing_for(backend: Backend) -> Timing:
         node_lost_grace=settings.JOBSITE_NODE_LOST_GRACE_SECONDS,
         requeue_limit=settings.JOBSITE_REQUEUE_LIMIT,
         stuck_after=backend.stuck_after(),
+        start_timeout=settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS,
     )
 
 
@@ -64,11 +66,18 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
         .values_list("job_id").annotate(n=Count("id")).values_list("job_id", "n")
     ))
     actuator.forget({j.current_attempt_id for j in jobs})
+    # Launched attempts still preparing whose "Started" event is missing. The launches under way are left out
+    # first: one that ends after this check has written its event before the query below reads them.
+    preparing = {j.current_attempt_id for j in jobs if j.phase == Phase.PREPARING
+                 and j.current_attempt.launched_at is not None and not actuator.in_flight("launch", j.pk)}
+    unrecorded = preparing - set(JobEvent.objects.filter(attempt_id__in=preparing, reason="Started")
+                                 .values_list("attempt_id", flat=True))
     count = 0
     for job in jobs:
         try:
             sync_job(job, backend=backend, actuator=actuator, timing=timing, now=now or timezone.now(),
-                     requeues=requeues[job.pk])
+                     requeues=requeues[job.pk],
+                     started_recorded=job.current_attempt_id not in unrecorded)
             count += 1
         except InvalidTransition:  # changed by someone else since we read it; next round sees the new state
             continue
@@ -77,13 +86,14 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
     return count
 
 
-def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "") -> JobView:
+def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "", started_recorded: bool = True) -> JobView:
     attempt = job.current_attempt
     return JobView(
         phase=job.phase, status=job.status, message=job.message, job_type=job.job_type,
         terminating_since=job.terminating_since, admitted_at=job.admitted_at,
         active_deadline_seconds=job.active_deadline_seconds, retry_at=job.retry_at,
         updated_at=job.updated_at, attempt_started_at=attempt.started_at, launched=attempt.launched_at is not None,
+        launched_at=attempt.launched_at, started_recorded=started_recorded,
         node=attempt.node, restarts=attempt.backend_data.get("restarts", 0), requeues=requeues, stop_sent=stop_sent,
         attempt_number=attempt.number, termination_target=job.termination_target, exit_code=job.exit_code,
         failed_rank=attempt.failed_rank,
@@ -91,11 +101,12 @@ def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "") -> JobView:
 
 
 def sync_job(job: Job, *, backend: Backend, actuator: Actuator | None = None, timing: Timing | None = None,
-             now: datetime | None = None, requeues: int = 0) -> list[Action]:
+             now: datetime | None = None, requeues: int = 0, started_recorded: bool = True) -> list[Action]:
     actuator = actuator or get_actuator(backend)
     now = now or timezone.now()
     attempt = job.current_attempt
-    view = job_view(job, requeues=requeues, stop_sent=actuator.stop_sent(attempt.pk))
+    view = job_view(job, requeues=requeues, stop_sent=actuator.stop_sent(attempt.pk),
+                    started_recorded=started_recorded)
     seen = [] if not view.launched else backend.observe(job_id=job.pk, attempt_number=attempt.number,
                                                         replicas=attempt.replicas)
     actions = reconcile(view, seen, now, timing or timing_for(backend))
@@ -121,6 +132,10 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                     calls.append(lambda force=force: actuator.stop(
                         attempt_id=attempt.pk, job_id=job.pk, attempt_number=attempt.number,
                         replicas=attempt.replicas, force=force))
+                case RecordStarted():
+                    services.event_record(job=job, attempt=attempt, reason="Started", message=(
+                        f"Started {attempt.replicas} replica(s)" + (f" on {attempt.node}" if attempt.node else "")
+                        + " (recorded late: its launcher was interrupted)"))
                 case CountRestart():
                     services.attempt_count_restart(attempt=attempt)
                 case Transition():

@@ -2,7 +2,7 @@
 # Make sure the services the test suite needs are up:
 #   - PostgreSQL on $PG_HOST:$PG_PORT (trust auth for $PG_USER) with database $PG_DB,
 #   - Redis on $REDIS_HOST:$REDIS_PORT,
-#   - Chromium at $CHROMIUM_BIN (installed from Debian with apt-get when missing).
+#   - Chromium at $CHROMIUM_BIN and bubblewrap's bwrap (installed from Debian with apt-get when missing).
 # Anything already running is left alone, so the script is idempotent and quick when all is up.
 # It exits non-zero with a message as soon as something cannot be started.
 set -euo pipefail
@@ -84,15 +84,24 @@ ensure_redis() {
     log "Redis started"
 }
 
-# --- Chromium --------------------------------------------------------------------------------------------
+# --- Debian packages: Chromium (browser tests) and bubblewrap (the local backend's job sandbox) -------------
+# apt_install PACKAGE...: install the packages with apt-get (root only), one `apt-get update` per run.
+APT_UPDATED=0
+apt_install() {
+    [[ "$(id -u)" -eq 0 ]] || die "missing $*; install as root: apt-get install -y $*"
+    export DEBIAN_FRONTEND=noninteractive
+    if ((APT_UPDATED == 0)); then
+        apt-get update -q || die "apt-get update failed"
+        APT_UPDATED=1
+    fi
+    log "installing $* with apt-get"
+    apt-get install -y -q "$@" || die "apt-get install $* failed"
+}
+
 ensure_chromium() {
     if [[ ! -x "$CHROMIUM_BIN" ]]; then
         [[ "$CHROMIUM_BIN" == /usr/bin/chromium ]] || die "$CHROMIUM_BIN not found"
-        [[ "$(id -u)" -eq 0 ]] || die "$CHROMIUM_BIN is missing; install it as root: apt-get install -y chromium"
-        log "installing chromium with apt-get"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q || die "apt-get update failed"
-        apt-get install -y -q chromium || die "apt-get install chromium failed"
+        apt_install chromium
         [[ -x "$CHROMIUM_BIN" ]] || die "chromium installed but $CHROMIUM_BIN is missing"
     fi
     local version
@@ -100,6 +109,12 @@ ensure_chromium() {
     log "Chromium is available: $version"
 }
 
+ensure_bubblewrap() {
+    command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap
+    log "bubblewrap is available: $(bwrap --version 2>/dev/null)"
+}
+
 ensure_postgres
 ensure_redis
+ensure_bubblewrap
 [[ "${1:-}" == "--no-browser" ]] || ensure_chromium

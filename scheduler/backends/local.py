@@ -3,8 +3,10 @@
 Layout under JOBSITE_LOCAL_ROOT, one directory per job / attempt / replica:
   work/job-<id>/attempt-<n>/hostfile        the attempt's hostfile (JOB_HOSTFILE), one line per replica
   work/job-<id>/attempt-<n>/replica-<r>/    the working directory (deleted by TTL)
-  state/job-<id>/attempt-<n>/replica-<r>/   launched, runner.pid, child.pid, stop, exit_code (read back after a
-                                            restart)
+  state/job-<id>/attempt-<n>/replica-<r>/   launched, runner.pid, child.pid, sandbox.pid, stop, exit_code (read
+                                            back after a restart)
+  state/events.sock                         the leading scheduler's Unix datagram socket: each supervisor sends
+                                            one datagram after writing its exit code, so the exit is synced at once
   logs/job-<id>/attempt-<n>/replica-<r>.log stdout and stderr (kept)
 
 A replica's processes are those that carry its marker, the environment variable
@@ -13,18 +15,25 @@ included; the root id is this installation's JOBSITE_LOCAL_ROOT, so two installa
 processes), and, while its supervisor lives, every descendant of the supervisor (a child subreaper). ``stop``
 signals them all, whether the supervisor lives or not; ``observe`` reports a replica ``present`` while any of
 them lives, so its GPUs are handed on only once nothing of it is left.
+
+Unless JOBSITE_LOCAL_SANDBOX is ``off``, each replica runs in a sandbox (sandbox.py): it sees none of the above
+but its working directory and hostfile, runs as an unprivileged user in its own PID namespace (everything in it
+dies with its first process or its supervisor), and its output reaches the log through its supervisor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -36,15 +45,18 @@ from django.conf import settings
 from jobs.logs import replica_log_path
 from scheduler.core import Node
 
+from . import sandbox
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState, hostfile_text, replica_launch_env
 from .local_runner import (
     MARKER,
     Proc,
     live_process,
     markers,
+    notify,
     processes,
     replica_processes,
     send_all,
+    unix_address,
     write_atomic,
 )
 
@@ -87,15 +99,25 @@ def _exited(rank: int, exit_file: Path, present: bool) -> ReplicaObservation | N
 class _Processes:
     """The process table, read once per call and only when a call needs it."""
 
-    def __init__(self):
+    def __init__(self, uids: tuple[int, ...] = ()):
         self._table: dict[int, Proc] | None = None
         self._tags: dict[int, str] = {}
+        self._uids = uids
 
     def of(self, marker: str, runner: tuple[int, str] | None = None) -> list[Proc]:
         if self._table is None:
-            self._table = processes()
+            self._table = processes(self._uids)
             self._tags = markers(self._table)
         return replica_processes(marker, table=self._table, tags=self._tags, runner=runner)
+
+
+def _pid_file(path: Path) -> tuple[int, str] | None:
+    """(pid, start time) written in ``path``; None when there is none."""
+    try:
+        pid_text, start = path.read_text().split()
+        return int(pid_text), start
+    except (OSError, ValueError):
+        return None
 
 
 def _age(path: Path) -> float | None:
@@ -106,6 +128,51 @@ def _age(path: Path) -> float | None:
         return None
 
 
+class ExitEvents:
+    """The scheduler's end of the supervisors' exit datagrams: a Unix datagram socket bound at ``path``.
+
+    Only the leading scheduler binds it (a new leader takes the name over: the supervisors send to the path). The
+    datagrams carry nothing but "look now": what ended is read from the state files, as by any sync, so a lost one
+    only delays the sync to the next interval."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            with unix_address(path) as address:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # left by a scheduler that died, or by the leader before this one
+                self._sock.bind(address)
+            os.chmod(path, 0o600)  # only the server's user (its supervisors) may wake it
+            self._inode = os.stat(path).st_ino
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.setblocking(False)
+
+    def wait(self, timeout: float) -> bool:
+        """Whether a datagram came within ``timeout`` seconds; reads all those waiting (one sync covers them)."""
+        select.select([self._sock], [], [], timeout)
+        got = False
+        while True:
+            try:
+                self._sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                return got
+            got = True
+
+    def wake(self) -> None:
+        """End a ``wait`` under way in another thread (to close the socket from the thread that waits on it)."""
+        notify(self.path, b"wake")
+
+    def close(self) -> None:
+        self._sock.close()
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self._inode:  # not a later leader's
+                os.unlink(self.path)
+
+
 class LocalBackend:
     name = "local"
 
@@ -113,6 +180,21 @@ class LocalBackend:
         self.root = Path(root or settings.JOBSITE_LOCAL_ROOT)
         self.node = node or settings.JOBSITE_LOCAL_NODE
         self._gpus = gpus
+        self.bwrap = sandbox.resolve_mode()  # refuses to start when the sandbox is required and missing
+        self.unsandboxed_warning = self.bwrap is None and settings.JOBSITE_LOCAL_SANDBOX != "off"
+        # As root, sandboxed processes run as the sandbox's user: they are ours to find and stop all the same.
+        self.uids = (settings.JOBSITE_LOCAL_SANDBOX_UID,) if os.geteuid() == 0 else ()
+        # Supervisors being started: each forks and its first process exits at once; reaped on later calls.
+        self._launchers: list[subprocess.Popen] = []
+        self._launchers_lock = threading.Lock()
+
+    @property
+    def events_path(self) -> Path:
+        return self.root / "state" / "events.sock"
+
+    def exit_events(self) -> ExitEvents:
+        """Bind the socket the supervisors report exits to (the scheduler loop, while it leads)."""
+        return ExitEvents(self.events_path)
 
     @cached_property
     def root_id(self) -> str:
@@ -164,11 +246,14 @@ class LocalBackend:
         for replica in spec.replicas:
             work, state, log_file = self._dirs(spec.job_id, spec.attempt_number, replica.rank)
             try:
-                for d in (work, state, log_file.parent):
+                for d in (work, log_file.parent):
                     d.mkdir(parents=True, exist_ok=True)
-                # Not the ``stop`` file: a stop that came first keeps the command from ever starting.
-                for stale in ("runner.pid", "child.pid", "exit_code"):
-                    (state / stale).unlink(missing_ok=True)
+                try:
+                    state.mkdir(parents=True)
+                except FileExistsError:  # a relaunch in place: the last run's files go
+                    # Not the ``stop`` file: a stop that came first keeps the command from ever starting.
+                    for stale in ("runner.pid", "child.pid", "sandbox.pid", "exit_code"):
+                        (state / stale).unlink(missing_ok=True)
                 write_atomic(state / "launched", f"{time.time():.3f}")
                 env = {
                     "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
@@ -179,24 +264,42 @@ class LocalBackend:
                                          hostfile=str(hostfile)),
                     MARKER: self.marker(spec.job_id, spec.attempt_number, replica.rank),
                 }
+                command, options = ["/bin/bash", "-c", spec.command], []
+                if self.bwrap:
+                    facts = sandbox.host_facts(bwrap=self.bwrap, work_dir=work, command=command,
+                                               hostfile=hostfile, group_volume=spec.group_volume)
+                    if facts.privileged:  # the sandbox's user writes here, and only here
+                        os.chown(work, facts.uid, facts.gid)
+                    command, env = sandbox.sandbox_argv(facts), sandbox.sandbox_env(env, facts)
+                    options = ["--sandboxed", str(facts.uid)]
+                elif self.unsandboxed_warning:
+                    with open(log_file, "a") as f:
+                        f.write(f"jobsite: WARNING: {sandbox.MISSING_WARNING}\n")
                 argv = [sys.executable, str(RUNNER), "--grace", str(settings.JOBSITE_TERMINATION_GRACE_SECONDS),
-                        str(state), str(log_file), str(work), "--", "/bin/bash", "-c", spec.command]
-                subprocess.run(argv, env=env, check=True, timeout=30, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                        *options, "--notify", str(self.events_path), str(state), str(log_file), str(work), "--",
+                        *command]
+                self._start_supervisor(argv, env)
             except (OSError, subprocess.SubprocessError) as exc:
                 self.stop(job_id=spec.job_id, attempt_number=spec.attempt_number, replicas=len(started), force=True)
                 raise LaunchError(f"cannot start replica {replica.rank}: {exc}") from exc
             started.append(replica.rank)
         return {"root": str(self.root)}
 
+    def _start_supervisor(self, argv: list[str], env: dict[str, str]) -> None:
+        """Start a supervisor without waiting for it (its interpreter's start-up is most of a launch). It detaches
+        by itself; one that never writes its pid is found by ``observe`` after JOBSITE_LOCAL_START_TIMEOUT_SECONDS
+        (the ``launched`` file is written before)."""
+        with self._launchers_lock:
+            self._launchers = [p for p in self._launchers if p.poll() is None]
+            self._launchers.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
     def _runner(self, state: Path) -> tuple[int, str] | None:
         """The supervisor (pid, start time) if it is still alive (same process, not a reused pid, not a zombie)."""
-        try:
-            pid_text, start = (state / "runner.pid").read_text().split()
-            proc = live_process(int(pid_text))
-        except (OSError, ValueError):
+        if (written := _pid_file(state / "runner.pid")) is None:
             return None
-        return (proc.pid, start) if proc is not None and proc.start == start else None
+        proc = live_process(written[0])
+        return written if proc is not None and proc.start == written[1] else None
 
     def stuck_after(self) -> float:
         # This backend is its own kubelet: SIGKILL once the grace period after SIGTERM is over.
@@ -204,8 +307,9 @@ class LocalBackend:
 
     def stop(self, *, job_id: int, attempt_number: int, replicas: int, force: bool = False) -> None:
         """SIGTERM (force: SIGKILL) to every process of every replica, the supervisor's or not, its supervisor
-        excepted: it outlives them to kill what they leave and record the exit. Each replica's ``stop`` file is
-        written first, so a supervisor that has not started the command yet never does."""
+        excepted: it outlives them to kill what they leave and record the exit, and so is the sandbox's own
+        process (it ends with the command, and the whole sandbox with it). Each replica's ``stop`` file is written
+        first, so a supervisor that has not started the command yet never does."""
         sig = signal.SIGKILL if force else signal.SIGTERM
         for rank in range(replicas):
             state = self._dirs(job_id, attempt_number, rank)[1]
@@ -217,19 +321,24 @@ class LocalBackend:
         # A forced stop goes on while it finds processes it has not killed yet (started meanwhile), a few rounds.
         signalled: set[tuple[int, str]] = set()
         for _ in range(5 if force else 1):
-            found = _Processes()
+            found = _Processes(self.uids)
             targets = []
             for rank in range(replicas):
-                runner = self._runner(self._dirs(job_id, attempt_number, rank)[1])
+                state = self._dirs(job_id, attempt_number, rank)[1]
+                runner = self._runner(state)
+                spared = {runner, _pid_file(state / "sandbox.pid") if runner else None}
                 targets += [p for p in found.of(self.marker(job_id, attempt_number, rank), runner)
-                            if (p.pid, p.start) != runner and (p.pid, p.start) not in signalled]
+                            if (p.pid, p.start) not in spared and (p.pid, p.start) not in signalled]
             if not targets:
                 return
             send_all(targets, sig)
             signalled.update((p.pid, p.start) for p in targets)
 
     def observe(self, *, job_id: int, attempt_number: int, replicas: int) -> list[ReplicaObservation]:
-        found = _Processes()
+        if self._launchers:
+            with self._launchers_lock:  # no zombie launchers left when launches stop
+                self._launchers = [p for p in self._launchers if p.poll() is None]
+        found = _Processes(self.uids)
         return [self._observe(rank, self._dirs(job_id, attempt_number, rank)[1],
                               lambda rank=rank: found.of(self.marker(job_id, attempt_number, rank)))
                 for rank in range(replicas)]
@@ -249,6 +358,9 @@ class LocalBackend:
         who = f"the supervisor of replica {rank} on {self.node}"
         still = f"; {len(left)} of its processes still running" if left else ""
         if (state / "runner.pid").exists():
+            if self._runner(state) is not None:
+                # It wrote its pid between the two looks: it has just started, not gone.
+                return ReplicaObservation(rank, ReplicaState.STARTING, present=True)
             return ReplicaObservation(rank, ReplicaState.LOST, message=f"{who} is gone{still}", present=bool(left))
         if (state / "stop").exists() and not left:
             # Stopped before its supervisor started, and none runs: should it start now, it sees the stop file and

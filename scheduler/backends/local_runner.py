@@ -1,10 +1,13 @@
 """Supervisor of one replica of the local backend. Standalone: no Django, run as a script.
 
-    python local_runner.py [--grace SECONDS] STATE_DIR LOG_FILE WORK_DIR -- /bin/bash -c COMMAND
+    python local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] STATE_DIR LOG_FILE WORK_DIR \
+        -- ARGV...
 
 It detaches (fork, new session) so the replica outlives the web server that started it, becomes the child
 subreaper of everything the command starts (orphans are re-parented to it, not to init), then writes into
-STATE_DIR: ``runner.pid`` ("pid starttime"), ``child.pid``, and at the end ``exit_code`` (atomically).
+STATE_DIR: ``runner.pid`` ("pid starttime"), ``child.pid``, and at the end ``exit_code`` (atomically). With
+``--notify SOCKET`` it then sends one datagram to that Unix socket (the scheduler's, see ``ExitEvents`` in local.py),
+so the exit is noticed at once rather than at the next periodic sync; a lost datagram only delays that to the sync.
 
 Every process of the replica carries its marker, the environment variable ``JOBSITE_REPLICA`` the backend sets
 ("<root id>:<job>:<attempt>:<rank>"), inherited by all it starts, ``setsid`` escapees included. When the command
@@ -12,20 +15,29 @@ exits, whatever it left behind (background children, daemons) is killed before `
 then SIGKILL after the grace period. So a replica that has ended holds nothing.
 
 A stop that comes before the command has started leaves a ``stop`` file in STATE_DIR (the signal number). The
-runner looks for it after writing ``runner.pid`` and again once the command has started: either the stop sees the
+runner looks for it after writing ``runner.pid`` and again once the command has started (in a sandbox: once the
+command runs inside it, the sandbox's own processes being spared by a stop): either the stop sees the
 runner's pid and the command, or the runner sees the file, and then records an exit without running the command.
+
+With ``--sandboxed UID`` ARGV is a sandbox (bubblewrap, see sandbox.py) around the command, whose processes may run
+as UID: the runner writes the sandbox's own process to ``sandbox.pid`` (a stop leaves it alone: it ends with the
+command, and everything in the sandbox with it), and copies the command's output into LOG_FILE from a pipe, so
+the command never holds the log file itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +45,8 @@ MARKER = "JOBSITE_REPLICA"
 PR_SET_CHILD_SUBREAPER = 36
 # How long the runner waits for what it SIGKILLed to go before it writes the exit code all the same.
 KILL_WAIT_SECONDS = 5.0
+# How long the runner waits for the command to appear inside its sandbox before it goes on all the same.
+SANDBOX_START_SECONDS = 30.0
 
 
 def proc_start_time(pid: int) -> str:
@@ -45,6 +59,34 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+# sun_path holds 108 bytes: a longer socket path is named through an open descriptor of its directory.
+_SUN_PATH_MAX = 107
+
+
+@contextlib.contextmanager
+def unix_address(path: Path) -> Iterator[str]:
+    """A name of the Unix socket ``path`` short enough to bind or send to."""
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def notify(path: Path, message: bytes = b"exit") -> bool:
+    """One datagram to the Unix socket ``path``, never blocking; False when nobody listens (the sync catches up)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s, unix_address(path) as address:
+            s.setblocking(False)
+            s.sendto(message, address)
+        return True
+    except OSError:  # no scheduler (ENOENT, ECONNREFUSED) or its queue is full (EAGAIN): a wake-up is already due
+        return False
 
 
 # --- the processes of a replica ----------------------------------------------------------------------------------
@@ -69,15 +111,15 @@ def live_process(pid: int) -> Proc | None:
     return Proc(pid, int(fields[1]), fields[19])
 
 
-def processes() -> dict[int, Proc]:
-    """Every live process of this user, by pid."""
-    uid = os.getuid()
+def processes(uids: Collection[int] = ()) -> dict[int, Proc]:
+    """Every live process of this user (and of ``uids``: the sandboxes' user), by pid."""
+    owners = {os.getuid(), *uids}
     table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            if entry.stat().st_uid != uid:
+            if entry.stat().st_uid not in owners:
                 continue
         except OSError:
             continue
@@ -106,11 +148,11 @@ def markers(table: dict[int, Proc]) -> dict[int, str]:
 
 
 def replica_processes(marker: str, *, table: dict[int, Proc] | None = None, tags: dict[int, str] | None = None,
-                      runner: tuple[int, str] | None = None) -> list[Proc]:
+                      runner: tuple[int, str] | None = None, uids: Collection[int] = ()) -> list[Proc]:
     """The live processes of one replica: each that carries its ``marker`` and, while its supervisor ``runner``
     (pid, start time) lives, each descendant of the supervisor, even one that dropped the marker from its
     environment (orphans are re-parented to the supervisor, a child subreaper). The supervisor is one of them."""
-    table = processes() if table is None else table
+    table = processes(uids) if table is None else table
     tags = markers(table) if tags is None else tags
     found = {pid for pid, m in tags.items() if marker and m == marker and pid in table}
     if runner is not None and (r := table.get(runner[0])) is not None and r.start == runner[1]:
@@ -197,14 +239,14 @@ def _wait(pid: int) -> int:
             return 128 - code if code < 0 else code  # killed by signal N: 128+N
 
 
-def sweep(marker: str, grace: float) -> None:
+def sweep(marker: str, grace: float, uids: Collection[int] = ()) -> None:
     """Kill what the command left behind: SIGTERM, SIGKILL to what is still there ``grace`` seconds later."""
     me = (os.getpid(), proc_start_time(os.getpid()))
     deadline = time.monotonic() + grace
     termed: set[tuple[int, str]] = set()
     while True:
         _reap()
-        left = [p for p in replica_processes(marker, runner=me) if p.pid != me[0]]
+        left = [p for p in replica_processes(marker, runner=me, uids=uids) if p.pid != me[0]]
         now = time.monotonic()
         if not left or now > deadline + KILL_WAIT_SECONDS:  # nothing left, or only what cannot be killed
             return
@@ -216,11 +258,34 @@ def sweep(marker: str, grace: float) -> None:
         time.sleep(0.05)
 
 
-def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float) -> int:
+def _wait_for_command(sandbox: int, marker: str, uids: Collection[int]) -> None:
+    """Until the command runs inside the sandbox: a process of the replica other than the supervisor, the sandbox
+    and the sandbox's own init (its child, the first process of the new PID namespace). Also ends when the sandbox
+    does (it could not start the command), or after SANDBOX_START_SECONDS whatever happened."""
+    me = (os.getpid(), proc_start_time(os.getpid()))
+    deadline = time.monotonic() + SANDBOX_START_SECONDS
+    while live_process(sandbox) is not None and time.monotonic() < deadline:  # not reaped here: _wait does
+        if any(p.pid not in (me[0], sandbox) and p.ppid != sandbox
+               for p in replica_processes(marker, runner=me, uids=uids)):
+            return
+        time.sleep(0.01)
+
+
+def _copy(src, out) -> None:
+    """The command's output, from the pipe into the log, until every process holding the pipe is gone."""
+    while chunk := os.read(src.fileno(), 65536):
+        out.write(chunk)
+
+
+def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
+              sandbox_uid: int | None = None, notify_path: Path | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)  # we stay to kill what is left and record the exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     marker = os.environ.get(MARKER, "")
+    uids = () if sandbox_uid is None else (sandbox_uid,)
+    sandboxed = sandbox_uid is not None
+    copier = None
     write_atomic(state / "runner.pid", f"{os.getpid()} {proc_start_time(os.getpid())}")
     with open(log, "ab", buffering=0) as out, open(os.devnull, "rb") as devnull:
         if (sig := stop_requested(state)) is not None:  # stopped before it started: it never runs
@@ -229,20 +294,31 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float) 
         else:
             try:
                 child = subprocess.Popen(
-                    argv, cwd=cwd, stdin=devnull, stdout=out, stderr=subprocess.STDOUT,
-                    preexec_fn=_default_signals,
+                    argv, cwd=cwd, stdin=devnull, stdout=subprocess.PIPE if sandboxed else out,
+                    stderr=subprocess.STDOUT, preexec_fn=_default_signals,
                 )
             except OSError as exc:
                 out.write(f"jobsite: cannot start the command: {exc}\n".encode())
                 code = 127
             else:
+                if sandboxed:
+                    copier = threading.Thread(target=_copy, args=(child.stdout, out), daemon=True)
+                    copier.start()
+                    write_atomic(state / "sandbox.pid", f"{child.pid} {proc_start_time(child.pid)}")
+                    # A stop spares the sandbox's own processes: it must see the command, so the command is
+                    # born before the stop file is looked at again.
+                    _wait_for_command(child.pid, marker, uids)
                 write_atomic(state / "child.pid", str(child.pid))
                 if (sig := stop_requested(state)) is not None:  # a stop came while it started: it may have
                     os.kill(child.pid, sig)  # found only us (not reaped yet: the pid is still the child's)
                 code = child.returncode = _wait(child.pid)
-    sweep(marker, grace)
-    _reap()
+        sweep(marker, grace, uids)
+        _reap()
+        if copier is not None:  # the sandbox is gone, and all that held the pipe with it
+            copier.join(KILL_WAIT_SECONDS)
     write_atomic(state / "exit_code", str(code))
+    if notify_path is not None:  # after the exit code is there to read: the sync it starts finds it
+        notify(notify_path)
     return code
 
 
@@ -256,11 +332,16 @@ def _become_subreaper() -> None:
 
 def main() -> None:
     args = sys.argv[1:]
-    grace = 10.0
+    grace, sandbox_uid, notify_path = 10.0, None, None
     if args[:1] == ["--grace"]:
         grace, args = float(args[1]), args[2:]
+    if args[:1] == ["--sandboxed"]:
+        sandbox_uid, args = int(args[1]), args[2:]
+    if args[:1] == ["--notify"]:
+        notify_path, args = Path(args[1]), args[2:]
     if len(args) < 5 or args[3] != "--":
-        raise SystemExit("usage: local_runner.py [--grace SECONDS] STATE LOG CWD -- ARGV...")
+        raise SystemExit("usage: local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] "
+                         "STATE LOG CWD -- ARGV...")
     state, log, cwd = (Path(a) for a in args[:3])
     argv = args[4:]
     if os.fork() > 0:
@@ -272,7 +353,7 @@ def main() -> None:
     for std in (0, 1, 2):
         os.dup2(fd, std)
     try:
-        supervise(state, log, cwd, argv, grace)
+        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path)
     finally:
         os._exit(0)
 

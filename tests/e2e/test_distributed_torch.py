@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from .api import call
-from .servers import ROOT
+from .servers import ROOT, make_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -50,6 +50,7 @@ def torch_venv() -> Path:
     never used, and is deleted by the next one.
     """
     if _has_torch(VENV):
+        VENV.resolve().chmod(0o755)  # built by an earlier version of this test as mkdtemp made it (0700)
         return VENV
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / "torch-2.13.0.lock", "w") as lock:
@@ -60,6 +61,7 @@ def torch_venv() -> Path:
             if not (VENV.is_symlink() and VENV.resolve() == stale.resolve()):
                 shutil.rmtree(stale, ignore_errors=True)
         build = Path(tempfile.mkdtemp(prefix="torch-2.13.0.build-", dir=CACHE))
+        build.chmod(0o755)  # jobs run sandboxed as another user: they must be able to read it
         subprocess.run([sys.executable, "-m", "venv", str(build)], check=True, timeout=300)
         subprocess.run([str(build / "bin" / "python"), "-m", "pip", "install", "--no-input",
                         "--disable-pip-version-check", TORCH], check=True, timeout=1800)
@@ -79,6 +81,16 @@ def torch_venv() -> Path:
 @pytest.fixture(scope="module")
 def torch_bin():
     return torch_venv() / "bin"
+
+
+@pytest.fixture(scope="module")
+def embedded_server(tmp_path_factory, torch_bin):
+    """The embedded server, whose job sandboxes show the torch environment (outside the checkout) read-only: the
+    venv by its link and its build, the Python it was made from, and the example."""
+    venv = torch_bin.parent
+    paths = ",".join([str(venv), str(venv.resolve()), sys.base_prefix, str(SCRIPT.parent)])
+    with make_server("run", tmp_path_factory.mktemp("embedded") / "var", JOBSITE_LOCAL_SANDBOX_PATHS=paths) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

@@ -246,9 +246,13 @@ def replica_pids(job, replicas=2):
 @pytest.mark.parametrize("label, command, code, rank, note", [
     ("one rank fails early while the other runs",
      'if [ "$RANK" = 1 ]; then exit 5; fi; sleep 600', 5, 1, ""),
+    # Rank 0 succeeds once rank 1 has reached it; rank 1 fails once rank 0 is gone. They meet on MASTER_ADDR:PORT
+    # (127.0.0.1), as training ranks do: a sandboxed replica shares no file with another.
     ("one rank fails after the other succeeded",
-     'if [ "$RANK" = 0 ]; then touch "$FLAGS/r0-$JOB_ATTEMPT"; exit 0; fi; '
-     'until [ -e "$FLAGS/r0-$JOB_ATTEMPT" ]; do sleep 0.05; done; exit 5', 5, 1, ""),
+     'if [ "$RANK" = 0 ]; then exec python3 -c "import os, socket; socket.create_server('
+     '(os.environ[\'MASTER_ADDR\'], int(os.environ[\'MASTER_PORT\']))).accept()"; fi; '
+     'until (: > "/dev/tcp/$MASTER_ADDR/$MASTER_PORT") 2>/dev/null; do sleep 0.05; done; '
+     'while (: > "/dev/tcp/$MASTER_ADDR/$MASTER_PORT") 2>/dev/null; do sleep 0.05; done; exit 5', 5, 1, ""),
     ("one rank is killed by a signal",
      'if [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 600', 137, 1, " (killed by SIGKILL)"),
 ])

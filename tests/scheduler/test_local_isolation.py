@@ -5,6 +5,9 @@ not; a stop kills them all, a replica is ``present`` (holds its GPUs) while any 
 starts is lost within a bound, and a stop that comes before the command starts keeps it from ever running.
 Every command here writes the pids it wants watched into the test's own directory; only processes of this test's
 backend root are ever signalled.
+
+These are the replicas of JOBSITE_LOCAL_SANDBOX=off (unsandboxed: they can write into the test's directory, and
+their pids are the machine's); test_sandbox.py replays them in the sandbox.
 """
 
 import os
@@ -27,6 +30,12 @@ from scheduler.sync import sync_jobs
 from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _unsandboxed(settings):
+    settings.JOBSITE_LOCAL_SANDBOX = "off"
+    get_backend.cache_clear()
 
 
 @pytest.fixture(autouse=True)
