@@ -7,6 +7,7 @@ event, closes the attempt when resources are released, and queues side effects f
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, Q, TextField, Value, When
 from django.utils import timezone
 
 from . import limits, rules
@@ -170,13 +172,52 @@ def job_transition(
     return current
 
 
-def job_queue_info_update(updates: dict[int, tuple[str, int | None]]) -> None:
-    """Refresh the wait message and queue position of pending jobs whose phase and reason are unchanged.
+def job_queue_info_update(updates: dict[int, str]) -> None:
+    """Refresh the wait message of pending jobs whose phase and reason are unchanged ({job id: message}).
 
-    Not a status change (no event): one bulk write per scheduling pass, however long the queue.
+    Not a status change (no event): one bulk write per scheduling pass, however long the queue. Queue positions
+    are not stored: they are derived where they are read (``selectors.queue_positions``).
     """
-    _bulk_update([Job(pk=pk, message=message, queue_position=position) for pk, (message, position) in updates.items()],
-                 ["message", "queue_position"])
+    _bulk_update([Job(pk=pk, message=message) for pk, message in updates.items()], ["message"])
+
+
+BLOCKED_REASON = "BlockedByQueueHead"
+
+
+def job_queue_behind_update(*, behind: dict[int, str], jobs: Iterable[int] = (), groups: Iterable[int] = ()) -> None:
+    """Pending jobs that wait behind the head of their group's queue: reason BlockedByQueueHead and the message of
+    their group in ``behind`` ({group id: message}, which names the head). For ``jobs`` (pending jobs the pass
+    decided so) and for every job already waiting behind a head in ``groups`` (whose head changed).
+
+    Not an event per job: a job behind the head was not looked at, only its head was. One UPDATE for all of them
+    (none where nothing changed), published after commit.
+    """
+    jobs, groups = list(jobs), [g for g in groups if g in behind]
+    if not jobs and not groups:
+        return
+    if connection.vendor == "postgresql":  # the groups' messages as a VALUES list: no CASE of a thousand arms
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} AS j SET reason = %s, message = v.message, updated_at = %s FROM (VALUES "
+                + ", ".join(["(%s::bigint, %s::text)"] * len(behind)) + ") AS v(group_id, message) "
+                "WHERE j.group_id = v.group_id AND j.phase = %s AND (j.id = ANY(%s) OR (j.group_id = ANY(%s) "
+                "AND j.reason = %s)) AND NOT (j.reason = %s AND j.message = v.message) RETURNING j.id",
+                [BLOCKED_REASON, timezone.now(), *(x for item in behind.items() for x in item), Phase.PENDING, jobs,
+                 groups, BLOCKED_REASON, BLOCKED_REASON])
+            changed = [row[0] for row in cursor.fetchall()]
+    else:
+        message = Case(*[When(group_id=g, then=Value(m)) for g, m in behind.items()], output_field=TextField())
+        rows = (Job.objects.filter(phase=Phase.PENDING)
+                .filter(Q(pk__in=jobs) | Q(group_id__in=groups, reason=BLOCKED_REASON))
+                .filter(group_id__in=list(behind))
+                .exclude(reason=BLOCKED_REASON, message=message))
+        changed = list(rows.values_list("pk", flat=True))
+        Job.objects.filter(pk__in=changed).update(reason=BLOCKED_REASON, message=message, updated_at=timezone.now())
+    if not changed:
+        return
+    from .realtime import publish_job_changes
+
+    transaction.on_commit(lambda: publish_job_changes(changed))
 
 
 def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None:
@@ -198,11 +239,32 @@ def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
     """Write ``fields`` of many jobs at once and publish them after commit (one query, one small message each)."""
     if not jobs:
         return
-    Job.objects.bulk_update(jobs, fields, batch_size=1000)
+    if connection.vendor == "postgresql":
+        _update_from_values(jobs, fields)
+    else:
+        Job.objects.bulk_update(jobs, fields, batch_size=1000)
     from .realtime import publish_job_changes
 
     changed = [j.pk for j in jobs]
     transaction.on_commit(lambda: publish_job_changes(changed))
+
+
+def _update_from_values(jobs: list[Job], fields: list[str], batch: int = 5000) -> None:
+    """PostgreSQL: ``UPDATE … FROM (VALUES …)``, one statement per ``batch`` jobs (Django's ``bulk_update`` builds a
+    CASE per field and row, which takes seconds of Python for thousands of rows)."""
+    columns = [Job._meta.get_field(f) for f in fields]
+    row = "(%s::bigint, " + ", ".join(f"%s::{c.db_type(connection)}" for c in columns) + ")"
+    names = ", ".join(["id", *(c.column for c in columns)])
+    sets = ", ".join(f"{c.column} = v.{c.column}" for c in columns)
+    with connection.cursor() as cursor:
+        for start in range(0, len(jobs), batch):
+            chunk = jobs[start:start + batch]
+            params: list[Any] = []
+            for job in chunk:
+                params.append(job.pk)
+                params.extend(c.get_db_prep_save(getattr(job, c.attname), connection) for c in columns)
+            cursor.execute(f"UPDATE {Job._meta.db_table} AS j SET {sets} FROM (VALUES {', '.join([row] * len(chunk))}) "
+                           f"AS v({names}) WHERE j.id = v.id", params)
 
 
 # --- submission ---------------------------------------------------------------------------------------------
@@ -620,3 +682,48 @@ def nodes_record(*, backend: str, nodes: dict[str, dict[str, int]], now: datetim
         # Two passes at once may both write: the second one's insert becomes an update.
         Node.objects.bulk_create(changed, update_conflicts=True, unique_fields=["backend", "name"],
                                  update_fields=["allocatable", "updated_at"])
+
+
+# --- acting on many jobs at once (the API's POST jobs/cancel/, the list page's "Cancel/Stop selected") -----------
+
+CANNOT_ACT = "You can act only on your own jobs and on the jobs of groups you administer."
+
+
+def job_cancel_many(*, ids: Iterable[int], by: AbstractBaseUser, stop: bool = False) -> list[dict[str, Any]]:
+    """Cancel (or stop) each job on its own, in its own transaction, in the order given (repeats once). Per id:
+    ``{id, ok, status_code, detail, phase, status}``, ``status_code`` being what acting on that job alone would
+    have answered: 404 not visible to ``by``, 403 not theirs to act on, 400 refused (e.g. ended already), 409
+    changed meanwhile, 500 failed (logged; the others are still tried)."""
+    from . import selectors
+
+    ids = list(dict.fromkeys(int(i) for i in ids))
+    visible = {job.pk: job for job in selectors.jobs_visible_to(by).filter(pk__in=ids)}
+
+    def result(pk: int, code: int, detail: str, job: Job | None = None) -> dict[str, Any]:
+        return {"id": pk, "ok": code == 200, "status_code": code, "detail": detail,
+                "phase": job.phase if job else None, "status": job.status if job else None}
+
+    results = []
+    for pk in ids:
+        job = visible.get(pk)
+        if job is None:
+            results.append(result(pk, 404, "No such job."))
+            continue
+        if not selectors.job_can_act(by, job):
+            results.append(result(pk, 403, CANNOT_ACT, job))
+            continue
+        try:
+            with transaction.atomic():
+                job = job_cancel(job=job, by=by, stop=stop)
+        except ValidationError as exc:
+            job.refresh_from_db()
+            results.append(result(pk, 400, " ".join(exc.messages), job))
+        except InvalidTransition as exc:
+            job.refresh_from_db()
+            results.append(result(pk, 409, f"The job changed meanwhile ({exc}); reload it and try again.", job))
+        except Exception:  # one job's failure must not lose the report of the others
+            log.exception("cancelling job %s (of several) failed", pk)
+            results.append(result(pk, 500, "Could not cancel this job; try again.", None))
+        else:
+            results.append(result(pk, 200, "Stopped." if stop else "Cancelled.", job))
+    return results

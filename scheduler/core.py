@@ -1,16 +1,23 @@
 """The admission decision: a pure function of a snapshot. No ORM, no I/O, no clock.
 
 Pipeline of one pass (Kueue-style): order the queued jobs → for each, in order, check it can ever fit
-(else INADMISSIBLE) → check the user quota (a miss waits without blocking anyone) → the group quota and the
+(else INADMISSIBLE) → once a group's queue is held, every later job of that group waits behind its head and is
+not looked at further → check the user quota (a miss waits without blocking anyone) → the group quota and the
 cluster capacity (a miss waits and holds the group's queue) → admit, charging the snapshot so later jobs
 of the same pass see the usage. Every job ends with an explicit outcome, a reason and a message.
+
+So a pass does real work only for each group's head (plus the jobs its user quota skips past): the jobs behind a
+held head cost a dictionary lookup each, and a caller may leave them out altogether (they wait behind the head).
+Placement keeps every node's free resources and an index of the nodes by free GPUs, charged in place: a replica
+goes to the node with the fewest free GPUs that holds it (best fit), found without a scan of the nodes.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from jobs.rules import RESOURCES, QuotaLimits, fmt_amount, priority_name
@@ -162,17 +169,104 @@ def _place(job: QueuedJob, nodes: list[Node], *, use_free: bool) -> list[Replica
     return placement
 
 
-def _commit_placement(job: QueuedJob, nodes: list[Node], placement: list[ReplicaPlacement]) -> None:
-    """Charge ``placement`` to the nodes' free resources (never below zero: a reservation may take resources that
-    are only partly free yet)."""
-    by_name = {n.name: n for n in nodes}
-    for p in placement:
-        node = by_name[p.node]
+class _Capacity:
+    """The nodes' free resources during one decision, charged in place, with the nodes indexed by free GPUs.
+
+    ``place`` puts each replica on the node with the fewest free GPUs that holds it (best fit; lowest index among
+    equals), looked up in the index rather than by a scan, and charges it at once; a job whose last replica finds
+    no room gives back what its first ones took. Nodes that do not limit GPUs are tried after the indexed ones.
+    """
+
+    def __init__(self, nodes: list[Node]):
+        self.nodes = [Node(n.name, dict(n.allocatable), dict(n.free),
+                           None if n.free_gpu_ids is None else list(n.free_gpu_ids)) for n in nodes]
+        self.by_name = {n.name: i for i, n in enumerate(self.nodes)}
+        self.buckets: dict[int, list[int]] = {}  # free GPUs → heap of node indices (entries may be stale)
+        self.unlimited = [i for i, n in enumerate(self.nodes) if "gpu" not in n.free]
+        self.free_gpu = sum(n.free.get("gpu", 0) for n in self.nodes)
+        self.most = 0
+        for i, n in enumerate(self.nodes):
+            if "gpu" in n.free:
+                self._index(i)
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes)
+
+    def _index(self, i: int) -> None:
+        free = self.nodes[i].free["gpu"]
+        heapq.heappush(self.buckets.setdefault(free, []), i)
+        self.most = max(self.most, free)
+
+    @staticmethod
+    def _holds(node: Node, request: Resources) -> bool:
+        return all(request.get(r, 0) <= node.free.get(r, request.get(r, 0)) for r in RESOURCES)
+
+    def _find(self, request: Resources) -> int | None:
+        need = request.get("gpu", 0)
+        for free in range(max(need, 0), self.most + 1):
+            heap = self.buckets.get(free)
+            if not heap:
+                continue
+            while heap and self.nodes[heap[0]].free["gpu"] != free:  # moved to another bucket since
+                heapq.heappop(heap)
+            if heap and self._holds(self.nodes[heap[0]], request):
+                return heap[0]
+            for i in sorted(heap):  # the first one lacks CPU or memory: look further in this bucket
+                if self.nodes[i].free["gpu"] == free and self._holds(self.nodes[i], request):
+                    return i
+        for i in self.unlimited:
+            if self._holds(self.nodes[i], request):
+                return i
+        return None
+
+    def _charge(self, i: int, request: Resources, gpu_ids: tuple[int, ...] | None) -> tuple[int, ...]:
+        """Take ``request`` off node ``i`` (never below zero where it is only partly free: a reservation); the
+        GPU ids taken: ``gpu_ids`` if given, else the first free ones."""
+        node = self.nodes[i]
         for r in RESOURCES:
             if r in node.free:
-                node.free[r] -= min(job.request.get(r, 0), max(node.free[r], 0))
+                taken = min(request.get(r, 0), max(node.free[r], 0))
+                node.free[r] -= taken
+                if r == "gpu":
+                    self.free_gpu -= taken
+        ids: tuple[int, ...] = ()
         if node.free_gpu_ids is not None:
-            node.free_gpu_ids = [g for g in node.free_gpu_ids if g not in p.gpu_ids]
+            if gpu_ids is None:
+                ids = tuple(node.free_gpu_ids[: request.get("gpu", 0)])
+            else:
+                ids = gpu_ids
+            taken_ids = set(ids)
+            node.free_gpu_ids = [g for g in node.free_gpu_ids if g not in taken_ids]
+        if "gpu" in node.free:
+            self._index(i)
+        return ids
+
+    def place(self, job: QueuedJob) -> list[ReplicaPlacement] | None:
+        """Place and charge every replica of ``job``; None (nothing charged) if some replica finds no room."""
+        saved: dict[int, tuple[dict[str, int], list[int] | None]] = {}
+        free_gpu = self.free_gpu
+        placement: list[ReplicaPlacement] = []
+        for _ in range(job.replicas):
+            i = self._find(job.request)
+            if i is None:
+                for j, (free, ids) in saved.items():  # give back what the first replicas took
+                    self.nodes[j].free, self.nodes[j].free_gpu_ids = free, ids
+                    if "gpu" in free:
+                        self._index(j)
+                self.free_gpu = free_gpu
+                return None
+            node = self.nodes[i]
+            if i not in saved:
+                saved[i] = (dict(node.free), None if node.free_gpu_ids is None else list(node.free_gpu_ids))
+            placement.append(ReplicaPlacement(node.name, self._charge(i, job.request, None)))
+        return placement
+
+    def reserve(self, job: QueuedJob, placement: list[ReplicaPlacement]) -> None:
+        """Charge a placement found elsewhere (on the nodes as they will be once some jobs have ended)."""
+        for p in placement:
+            i = self.by_name.get(p.node)
+            if i is not None:
+                self._charge(i, job.request, p.gpu_ids)
 
 
 def _never_fits(
@@ -235,12 +329,18 @@ class _Decider:
                             g.queue_stopped)
             for gid, g in groups.items()
         }
-        self.nodes = _freed_nodes(nodes, ())
+        self.nodes = _Capacity(nodes)
         self.running = [j for j in running if not j.terminating]
         self.terminating = [j for j in running if j.terminating]
         self.victims: set[int] = set()
+        # Terminating jobs whose room is promised to a job (its victims, or what a nominated job waits for): no
+        # other job of the pass counts on it, so several jobs may preempt in one pass, each for itself.
+        self.claimed: set[int] = set()
         self.fits_empty: dict[tuple, bool] = {}  # job shape → fits the empty cluster
+        self.never: dict[tuple, tuple[Reason, str] | None] = {}  # (group, shape, preemptible) → why it never fits
         self.head: dict[int, tuple[QueuedJob, Reason]] = {}  # the job holding each group's queue
+        self.behind: dict[int, str] = {}  # what the jobs behind that job wait for
+        self.waiting: dict[int, int] = {}  # each group's waiting jobs so far: the next one's position
         self.outcomes: list[Outcome] = []
 
     def quota_room(self, job: QueuedJob, freed: Iterable[RunningJob]) -> tuple[str, int, int | None] | None:
@@ -256,12 +356,15 @@ class _Decider:
     def fits(self, job: QueuedJob, freed: list[RunningJob], *, check_quota: bool) -> bool:
         if check_quota and self.quota_room(job, freed):
             return False
-        return not self.nodes or _place(job, _freed_nodes(self.nodes, freed), use_free=True) is not None
+        return not self.nodes or _place(job, _freed_nodes(self.nodes.nodes, freed), use_free=True) is not None
 
     def choose_victims(self, job: QueuedJob, candidates: list[RunningJob], *, check_quota: bool
                        ) -> list[RunningJob] | None:
         """Fewest evictions, lowest priority then newest first, that make room; None if none can."""
-        soon_free = [t for t in self.terminating if t.group_id == job.group_id or not check_quota]
+        soon_free = [t for t in self.terminating
+                     if t.id not in self.claimed and (t.group_id == job.group_id or not check_quota)]
+        if not soon_free and not candidates:  # it did not fit as things are, and nothing would change them
+            return None
         if self.fits(job, soon_free, check_quota=check_quota):
             return []
         chosen: list[RunningJob] = []
@@ -295,6 +398,7 @@ class _Decider:
         group = self.groups[job.group_id]
         for v in victims:
             self.victims.add(v.id)
+            self.claimed.add(v.id)
             self.terminating.append(v)
             if v.group_id == job.group_id:
                 cause = f"to free {why} of {group.name}"
@@ -303,38 +407,74 @@ class _Decider:
             self.outcomes.append(Outcome(v.id, Verdict.PREEMPT, Reason.PREEMPTED, (
                 f"preempted by job #{job.id} ({job.name}, priority {priority_name(job.priority)}) {cause}"
             ), by=job.id))
-        self.head[job.group_id] = (job, Reason.PREEMPTING)
+        self.reserve_soon_free(job)
+        self.hold(job, Reason.PREEMPTING)
         names = ", ".join(f"#{v.id}" for v in victims)
-        self.outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.PREEMPTING, (
-            f"preempting {names} to free {why}; starts once they have terminated"
-        )))
+        self.wait(job, Reason.PREEMPTING, f"preempting {names} to free {why}; starts once they have terminated",
+                  holds_queue=False)
 
-    def await_victims(self, job: QueuedJob, why: str) -> None:
+    def await_victims(self, job: QueuedJob, why: str, *, check_quota: bool) -> None:
         """A nominated job whose room is being freed by terminating jobs: it keeps its nomination, and what is
         already free of the placement it will get is reserved for it, so no later job of this pass takes it."""
-        soon_free = [t for t in self.terminating if t.group_id == job.group_id or bool(self.nodes)]
-        if self.nodes:
-            placement = _place(job, _freed_nodes(self.nodes, soon_free), use_free=True)
-            if placement is not None:
-                _commit_placement(job, self.nodes, placement)
-        self.head[job.group_id] = (job, Reason.PREEMPTING)
-        self.outcomes.append(Outcome(job.id, Verdict.WAIT, Reason.PREEMPTING, (
+        self.claim_terminating(job, check_quota=check_quota)
+        self.reserve_soon_free(job)
+        self.hold(job, Reason.PREEMPTING)
+        self.wait(job, Reason.PREEMPTING, (
             f"waiting for the jobs it preempted to terminate to free {why}; their resources are reserved for it"
-        )))
+        ), holds_queue=False)
+
+    def claim_terminating(self, job: QueuedJob, *, check_quota: bool) -> None:
+        """A nominated job waiting for terminating jobs: the fewest of them (as ``choose_victims`` counts them)
+        that make its room are promised to it."""
+        soon_free = [t for t in self.terminating
+                     if t.id not in self.claimed and (t.group_id == job.group_id or not check_quota)]
+        claim: list[RunningJob] = []
+        for t in soon_free:
+            if self.fits(job, claim, check_quota=check_quota):
+                break
+            claim.append(t)
+        self.claimed.update(t.id for t in claim)
+
+    def reserve_soon_free(self, job: QueuedJob) -> None:
+        """What is already free of the placement ``job`` gets once the terminating jobs are gone is reserved for
+        it, so no later (lower-priority) job of this pass takes the room its preemption is freeing."""
+        if not self.nodes:
+            return
+        placement = _place(job, _freed_nodes(self.nodes.nodes, self.terminating), use_free=True)
+        if placement is not None:
+            self.nodes.reserve(job, placement)
+
+    def hold(self, job: QueuedJob, reason: Reason) -> None:
+        """``job`` holds its group's queue: every later job of the group waits behind it."""
+        self.head[job.group_id] = (job, reason)
+        self.behind[job.group_id] = behind_message(job.id, job.name, reason)
 
     def wait(self, job: QueuedJob, reason: Reason, message: str, *, holds_queue: bool) -> None:
         if holds_queue:
-            self.head[job.group_id] = (job, reason)
-        self.outcomes.append(Outcome(job.id, Verdict.WAIT, reason, message))
+            self.hold(job, reason)
+        position = self.waiting[job.group_id] = self.waiting.get(job.group_id, 0) + 1
+        self.outcomes.append(Outcome(job.id, Verdict.WAIT, reason, message, position=position))
 
     def decide(self, job: QueuedJob) -> None:
         group = self.groups[job.group_id]
-        total = job.total
-
-        never = _never_fits(job, group, self.nodes, self.fits_empty)
+        # Whether a job can ever fit depends on its group, shape and preemptibility only: asked once per pass each.
+        request = job.request
+        key = (job.group_id, job.replicas, job.preemptible, request.get("gpu", 0), request.get("cpu", 0),
+               request.get("memory", 0))
+        if key in self.never:
+            never = self.never[key]
+        else:
+            never = self.never[key] = _never_fits(job, group, self.nodes.nodes, self.fits_empty)
         if never:
             self.outcomes.append(Outcome(job.id, Verdict.INADMISSIBLE, never[0], never[1]))
             return
+
+        behind = self.behind.get(job.group_id)
+        if behind is not None:  # the queue is held: waits behind its head, nothing else is looked at
+            self.wait(job, Reason.BLOCKED, behind, holds_queue=False)
+            return
+
+        total = job.total
 
         user_used = group.user_usage.setdefault(job.user_id, {})
         user_limits = {r: group.quotas.get(r, QuotaLimits()).user_quota for r in RESOURCES}
@@ -353,14 +493,6 @@ class _Decider:
             ), holds_queue=False)
             return
 
-        if job.group_id in self.head:
-            blocker, why = self.head[job.group_id]
-            waits_for = {Reason.GROUP_QUOTA: "group quota", Reason.CAPACITY: "cluster capacity",
-                         Reason.PREEMPTING: "the jobs it preempted to terminate"}[why]
-            self.wait(job, Reason.BLOCKED, f"behind job #{blocker.id} ({blocker.name}), which waits for {waits_for}",
-                      holds_queue=False)
-            return
-
         miss = self.quota_room(job, [])
         if miss:
             r, used, limit = miss
@@ -371,7 +503,7 @@ class _Decider:
                 self.preempt(job, victims, why)
                 return
             if victims == [] and job.nominated:
-                self.await_victims(job, why)
+                self.await_victims(job, why, check_quota=True)
                 return
             soon = " (jobs are terminating)" if victims == [] else ""
             self.wait(job, Reason.GROUP_QUOTA, (
@@ -384,22 +516,21 @@ class _Decider:
         over_quota = _first_excess(total, group.usage, quotas) is not None
         placement: list[ReplicaPlacement] | None = []
         if self.nodes:
-            placement = _place(job, self.nodes, use_free=True)
+            placement = self.nodes.place(job)
             if placement is None:
                 victims = self.choose_victims(job, self.candidates(job, reclaim=not over_quota), check_quota=False)
                 if victims:
                     self.preempt(job, victims, "cluster capacity")
                     return
                 if victims == [] and job.nominated:
-                    self.await_victims(job, "cluster capacity")
+                    self.await_victims(job, "cluster capacity", check_quota=False)
                     return
-                free_gpu = sum(n.free.get("gpu", 0) for n in self.nodes)
+                free_gpu = self.nodes.free_gpu
                 self.wait(job, Reason.CAPACITY, (
                     f"waiting for cluster capacity: {free_gpu} GPU free, asks {fmt_amount('gpu', total['gpu'])}"
                     if total["gpu"] > free_gpu else "waiting for cluster capacity: no node has room"
                 ), holds_queue=True)
                 return
-            _commit_placement(job, self.nodes, placement)
 
         for r in RESOURCES:
             group.usage[r] = group.usage.get(r, 0) + total[r]
@@ -423,22 +554,27 @@ def decide(
     Mutates nothing it is given. ``nodes`` empty means capacity is not checked (e.g. a Kubernetes backend with
     capacity checking off). ``running`` are the jobs holding resources (candidates for preemption). ``now`` is
     the pass's clock, for requeued jobs' delays.
+
+    Once a job holds its group's queue (group quota, capacity, preempting), every later job of the group waits
+    with reason BlockedByQueueHead and ``behind_message`` of that head, unless it can never fit; neither its user
+    quota nor its requeue delay is looked at. Waiting jobs get their position (1..n per group, in queue order)
+    among the waiting jobs given, so a caller that gives only each group's jobs up to its head gets their
+    positions right, and may derive the others' (see ``jobs.selectors.queue_positions``).
     """
     decider = _Decider(groups, running, nodes, now)
-    ordered = sorted(jobs, key=lambda j: j.order_key)
-    for job in ordered:
+    for job in sorted(jobs, key=_order_key):
         decider.decide(job)
-    return _with_positions(decider.outcomes, {j.id: j.group_id for j in ordered})
+    return decider.outcomes
 
 
-def _with_positions(outcomes: list[Outcome], group_of: Mapping[int, int]) -> list[Outcome]:
-    """Number the waiting jobs of each group 1..n in queue order."""
-    counters: dict[int, int] = {}
-    result = []
-    for o in outcomes:
-        if o.verdict == Verdict.WAIT:
-            gid = group_of[o.job_id]
-            counters[gid] = counters.get(gid, 0) + 1
-            o = replace(o, position=counters[gid])
-        result.append(o)
-    return result
+def _order_key(job: QueuedJob) -> tuple[bool, int, datetime, int]:
+    return (not job.nominated, -job.priority, job.queued_at, job.id)
+
+
+HOLDING_REASONS = {Reason.GROUP_QUOTA: "group quota", Reason.CAPACITY: "cluster capacity",
+                   Reason.PREEMPTING: "the jobs it preempted to terminate"}
+
+
+def behind_message(head_id: int, head_name: str, head_reason: str) -> str:
+    """What a job waiting behind the head of its group's queue shows: the head, and what the head waits for."""
+    return f"behind job #{head_id} ({head_name}), which waits for {HOLDING_REASONS[Reason(head_reason)]}"

@@ -6,6 +6,10 @@ Threads (all daemons):
 - admission: a scheduling pass every interval or when woken (database only; launches go to the actuator);
 - sync: reads every active attempt back from the backend and applies what ``reconcile`` decides, runs the clocks
   (backoff, TTL) and, now and then, deletes orphaned pods; its backend calls also go to the actuator;
+- exits (backends with ``exit_events``: local): while leading, waits on the backend's socket and starts a sync as
+  soon as a replica reports its exit, so a finished job frees its GPUs at once, not at the next interval;
+- admission rests after each pass as long as it took (a burst of wake-ups shares one pass, and passes never hold
+  the process, whose GIL the embedded default shares with the web server, more than half the time);
 - the actuator's pool: launches, stops, relaunches and TTL cleanups, so the cluster API never holds up admission;
 - with a separate scheduler process on PostgreSQL, a listener turns the web's ``NOTIFY`` into wake-ups.
 
@@ -19,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connections
@@ -56,6 +61,9 @@ class SchedulerLoop:
         self._wake_sync = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_orphan_check = 0.0
+        self._exit_events = getattr(self.backend, "exit_events", None)
+        self._listener: Any = None  # the bound exit socket, owned by the exits thread
+        self._leadership_changed = threading.Event()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -68,6 +76,8 @@ class SchedulerLoop:
         ]
         if settings.JOBSITE_SCHEDULER_MODE == "process" and connections["default"].vendor == "postgresql":
             targets.append(("listen", self._listen))
+        if self._exit_events is not None:
+            targets.append(("exits", self._exits))
         for name, target in targets:
             thread = threading.Thread(target=target, name=f"jobsite-scheduler-{name}", daemon=True)
             thread.start()
@@ -78,6 +88,7 @@ class SchedulerLoop:
         wakeup_event().set()
         self._wake_admission.set()
         self._wake_sync.set()
+        self._poke_exits()
 
     def join(self, timeout: float | None = None) -> None:
         for thread in self._threads:
@@ -114,10 +125,12 @@ class SchedulerLoop:
         self.leading.set()
         self._wake_admission.set()
         self._wake_sync.set()
+        self._poke_exits()
 
     def _stand_by(self, why: str) -> None:
         log.warning("scheduler %s stands by: %s", self.elector.identity, why)
         self.leading.clear()
+        self._poke_exits()
         pooled = get_actuator(self.backend)
         install_actuator(self.backend, 0)  # no more backend calls from this process until it leads again
         pooled.shutdown()  # the calls under way end before the backend's watches and log copies do
@@ -126,14 +139,16 @@ class SchedulerLoop:
     # --- work --------------------------------------------------------------------------------------------------
 
     def _admission(self) -> None:
-        self._rounds(self._wake_admission, self._admission_round)
+        self._rounds(self._wake_admission, self._admission_round, rest=True)
 
     def _sync(self) -> None:
-        self._rounds(self._wake_sync, self._sync_round)
+        # No rest: a sync round is what notices an exit and frees its GPUs; the wake-ups it answers are coalesced.
+        self._rounds(self._wake_sync, self._sync_round, rest=False)
 
-    def _rounds(self, wake: threading.Event, work: Callable[[], None]) -> None:
+    def _rounds(self, wake: threading.Event, work: Callable[[], None], rest: bool) -> None:
         while not self.stopping.is_set():
             wake.clear()
+            began = time.monotonic()
             if self.leading.is_set():
                 try:
                     close_old_connections()
@@ -141,7 +156,13 @@ class SchedulerLoop:
                 except Exception:  # one bad round must not stop scheduling
                     log.exception("scheduler round failed")
             health.beat()
-            wake.wait(self.interval)
+            worked = time.monotonic() - began
+            if rest:
+                # As long as the round took, before the next: wake-ups (submits, finishes) that come in a burst share
+                # one pass, and passes never hold the process (its GIL, shared with the web server in the embedded
+                # default) more than half the time. A quick pass adds as little delay.
+                self.stopping.wait(min(worked, self.interval))
+            wake.wait(max(0.0, self.interval - worked))
         connections.close_all()
 
     def _admission_round(self) -> None:
@@ -165,6 +186,39 @@ class SchedulerLoop:
             wake.clear()
             self._wake_admission.set()
             self._wake_sync.set()
+
+    def _exits(self) -> None:
+        """Wait on the backend's exit socket (bound only while leading) and turn each report into a sync; the
+        interval stays the fallback for a lost report."""
+        warned = False
+        try:
+            while not self.stopping.is_set():
+                self._leadership_changed.clear()
+                if self.leading.is_set() and self._listener is None:
+                    try:
+                        self._listener = self._exit_events()
+                    except OSError as exc:  # tried again each interval; the periodic sync goes on meanwhile
+                        (log.debug if warned else log.warning)(
+                            "scheduler: cannot listen for exits (%s); syncing every %.1f s", exc, self.interval)
+                        warned = True
+                elif not self.leading.is_set() and self._listener is not None:
+                    self._listener.close()
+                    self._listener = None
+                if self._listener is None:
+                    self._leadership_changed.wait(self.interval)
+                elif self._listener.wait(self.interval) and self.leading.is_set():
+                    self._wake_sync.set()
+        finally:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+
+    def _poke_exits(self) -> None:
+        """Have the exits thread look at the leadership (or stopping) now, not after its wait."""
+        self._leadership_changed.set()
+        listener = self._listener
+        if listener is not None:
+            listener.wake()
 
     def _listen(self) -> None:
         """Turn NOTIFYs from other processes (web, admin) into wake-ups."""

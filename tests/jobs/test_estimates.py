@@ -50,7 +50,7 @@ def test_a_waiting_job_gets_the_start_its_queue_head_s_deadline_gives(submit, t0
     behind.refresh_from_db()
     holder.refresh_from_db()
     assert holder.phase == Phase.PREPARING and holder.estimated_start is None
-    assert (waiter.reason, waiter.queue_position) == ("GroupQuota", 1)
+    assert (waiter.reason, selectors.queue_positions([waiter.pk])) == ("GroupQuota", {waiter.pk: 1})  # derived
     assert waiter.estimated_start == step_time(t0, t0 + timedelta(hours=1))
     assert waiter.estimate_basis == "deadlines"
     # lin's 4 GPUs wait for the waiter's default deadline (a day) on top of that.
@@ -149,16 +149,17 @@ def test_beyond_the_horizon_there_is_no_estimate(submit, t0):
     first.refresh_from_db()
     second.refresh_from_db()
     assert first.estimated_start == step_time(t0, t0 + timedelta(days=20))
-    assert second.phase == Phase.PENDING and second.queue_position == 2  # starts in 40 days: beyond 30
+    assert second.phase == Phase.PENDING and selectors.queue_positions([second.pk]) == {second.pk: 2}  # 40 days on
     assert (second.estimated_start, second.estimate_basis) == (None, "")
 
 
 # --- the pages ----------------------------------------------------------------------------------------------
 
 
-def pending_with(job, *, position=3, start=None, basis=""):
-    """``job`` pending at ``position``, showing the estimate ``start`` (None: not within the horizon)."""
-    services.job_transition(job=job, phase=Phase.PENDING, reason="GroupQuota", queue_position=position,
+def pending_with(job, *, start=None, basis=""):
+    """``job`` pending (its position is derived: the jobs made pending before it are ahead), showing the estimate
+    ``start`` (None: not within the horizon)."""
+    services.job_transition(job=job, phase=Phase.PENDING, reason="GroupQuota",
                             message="waiting for group GPU quota of phusers: 4 GPU used of 4 GPU, asks 2 GPU")
     services.job_estimate_update({job.pk: (start, basis)})
     job.refresh_from_db()
@@ -169,15 +170,15 @@ def test_list_detail_and_queue_pages_show_the_estimated_start(login, submit):
     today = timezone.localtime().replace(hour=23, minute=59, second=0, microsecond=0)
     later = (timezone.localtime() + timedelta(days=3)).replace(second=0, microsecond=0)
     soon = pending_with(submit("bob", "gpu-2", name="soon"), start=today, basis="deadlines")
-    pending_with(submit("pan", "gpu-2", name="far"), position=4, start=later, basis="history")
-    never = pending_with(submit("lin", "gpu-2", name="never"), position=5)
+    pending_with(submit("pan", "gpu-2", name="far"), start=later, basis="history")
+    never = pending_with(submit("lin", "gpu-2", name="never"))
     client = login("bob")
 
     html = client.get("/").content.decode()
-    assert (f'#3 in phusers · <span class="estimate" title="Estimated as if every job ahead ran to its deadline: '
+    assert (f'#1 in phusers · <span class="estimate" title="Estimated as if every job ahead ran to its deadline: '
             f'likely earlier" data-start="{today.isoformat()}">est. start 23:59 (by deadlines)</span>' in html)
     assert f'data-start="{later.isoformat()}">est. start {later:%Y-%m-%d %H:%M} (by history)' in html  # not today
-    assert "#5 in phusers · " in html and "est. start not within 30 days" in html
+    assert "#3 in phusers · " in html and "est. start not within 30 days" in html
 
     detail = client.get(f"/jobs/{soon.pk}/").content.decode()
     assert re.search(r"<dt>Estimated start</dt><dd class=\"estimated-start\"><span class=\"estimate\"[^>]*>"

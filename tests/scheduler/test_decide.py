@@ -73,6 +73,23 @@ CASES = [
     ("zero-GPU jobs pass a full GPU quota",
      groups(usage={"gpu": 4}), [job(1, BOB, 0, cpu=500)], [node(8, free=4)],
      {1: ("admit", "Admitted", None)}),
+    # Admission by queue heads: once a job holds its group's queue, the jobs behind it are not looked at.
+    ("behind a held head, a user quota miss is not looked at: it waits behind the head",
+     groups(usage={"gpu": 4}, user_usage={BOB: {"gpu": 4}}), [job(1, PAN, 2), job(2, BOB, 1)], [node()],
+     {1: ("wait", "GroupQuota", 1), 2: ("wait", "BlockedByQueueHead", 2)}),
+    ("a user quota miss is skipped past up to the head; behind the head even a job that fits waits",
+     groups(ph_quota=8, usage={"gpu": 4}, user_usage={BOB: {"gpu": 4}}),
+     [job(1, BOB, 1), job(2, PAN, 2), job(3, LIN, 4), job(4, BOB, 1), job(5, PAN, 1)], [node()],
+     {1: ("wait", "UserQuota", 1), 2: ("admit", "Admitted", None), 3: ("wait", "GroupQuota", 2),
+      4: ("wait", "BlockedByQueueHead", 3), 5: ("wait", "BlockedByQueueHead", 4)}),
+    ("a job that can never fit is inadmissible even behind a held head",
+     groups(ph_user=2, usage={"gpu": 4}), [job(1, PAN, 2), job(2, BOB, 4), job(3, LIN, 1)], [node()],
+     {1: ("wait", "GroupQuota", 1), 2: ("inadmissible", "ExceedsUserQuota", None),
+      3: ("wait", "BlockedByQueueHead", 2)}),
+    ("a requeued job behind a held head waits behind it, not for its delay",
+     groups(usage={"gpu": 4}), [job(1, PAN, 2), QueuedJob(2, "j2", PH, BOB, 50, T0 + timedelta(seconds=2), 1,
+                                                        {"gpu": 1}, not_before=T0 + timedelta(days=1))], [node()],
+     {1: ("wait", "GroupQuota", 1), 2: ("wait", "BlockedByQueueHead", 2)}),
 ]
 
 
@@ -95,6 +112,37 @@ def test_admitted_jobs_get_distinct_gpus():
     outcomes = decide(groups(ph_quota=8, ph_user=8), [job(1, BOB, 2), job(2, PAN, 2)], [busy_0_1])
     ids = [o.placement[0].gpu_ids for o in outcomes]
     assert ids == [(2, 3), (4, 5)]
+
+
+def test_jobs_behind_a_head_name_it_and_what_it_waits_for():
+    outcomes = {o.job_id: o for o in decide(groups(usage={"gpu": 4}), [job(1, PAN, 2), job(2, LIN, 1)], [node()])}
+    assert outcomes[2].message == "behind job #1 (j1), which waits for group quota"
+
+
+def test_each_replica_goes_to_the_fullest_node_that_holds_it():
+    nodes = [Node("a", {"gpu": 8}, {"gpu": 8}, list(range(8))), Node("b", {"gpu": 8}, {"gpu": 3}, [5, 6, 7]),
+             Node("c", {"gpu": 8}, {"gpu": 2}, [6, 7])]
+    outcomes = decide(groups(ph_quota=16, ph_user=16), [job(1, BOB, 2), job(2, PAN, 2), job(3, LIN, 4)], nodes)
+    assert [[(p.node, p.gpu_ids) for p in o.placement] for o in outcomes] == [
+        [("c", (6, 7))], [("b", (5, 6))], [("a", (0, 1, 2, 3))]]
+
+
+def test_a_job_whose_last_replica_finds_no_room_takes_nothing():
+    nodes = [Node("a", {"gpu": 4}, {"gpu": 4}, [0, 1, 2, 3]), Node("b", {"gpu": 4}, {"gpu": 2}, [2, 3])]
+    outcomes = {o.job_id: o for o in decide(groups(ph_quota=16, ph_user=16),
+                                            [job(1, BOB, 4, replicas=2), job(2, PAN, 4, group=RS)], nodes)}
+    assert (outcomes[1].reason, outcomes[2].reason) == (Reason.CAPACITY, Reason.ADMITTED)
+    assert [(p.node, p.gpu_ids) for p in outcomes[2].placement] == [("a", (0, 1, 2, 3))]
+
+
+def test_many_nodes_are_filled_without_handing_out_a_gpu_twice():
+    nodes = [Node(f"n{i}", {"gpu": 8}, {"gpu": 8}, list(range(8))) for i in range(50)]
+    jobs = [job(i, BOB, 1 + i % 4, group=PH if i % 2 else RS) for i in range(1, 400)]
+    big = {gid: GroupState(gid, name) for gid, name in ((PH, "phusers"), (RS, "research"))}
+    outcomes = decide(big, jobs, nodes)
+    taken = [(o.placement[0].node, g) for o in outcomes if o.verdict == Verdict.ADMIT for g in o.placement[0].gpu_ids]
+    assert len(taken) == len(set(taken)) == 400  # all 50 × 8 GPUs, each once
+    assert all(o.reason in (Reason.ADMITTED, Reason.CAPACITY, Reason.BLOCKED) for o in outcomes)
 
 
 def test_messages_carry_numbers():
@@ -225,6 +273,12 @@ NOMINATION_CASES = [
      [running(7, 2, preemptible=False, ids=(0, 1)), running(8, 2, preemptible=False, ids=(2, 3)),
       running(9, 2, over_quota=True, terminating=True, ids=(4, 5))],
      {5: ("wait", "Preempting"), 6: ("wait", "Capacity")}),
+    ("in the pass that preempts, what is already free of the preemptor's room is reserved too",
+     reclaim_groups(ph_usage=6), [job(5, LIN, 4, group=RS), borrower(6, gpu=2)],
+     [Node("n1", {"gpu": 8}, {"gpu": 2}, [6, 7])],
+     [running(7, 2, preemptible=False, ids=(0, 1)), running(8, 2, preemptible=False, ids=(2, 3)),
+      running(9, 2, over_quota=True, ids=(4, 5))],
+     {5: ("wait", "Preempting"), 9: ("preempt", "Preempted"), 6: ("wait", "Capacity")}),
     ("a nominated job that can no longer get room gives up its nomination",
      reclaim_groups(ph_usage=8), [nominated(job(5, LIN, 4, group=RS))], [node(8, free=0)],
      [running(8, 8, preemptible=False, ids=tuple(range(8)))],
@@ -236,6 +290,38 @@ NOMINATION_CASES = [
                          ids=[c[0] for c in NOMINATION_CASES])
 def test_nomination(groups_, jobs, nodes, run, expected):
     assert decided(groups_, jobs, nodes, run) == expected
+
+
+def test_two_groups_reclaim_in_one_pass_each_from_its_own_victims():
+    """The room one reclaimer's victims free is promised to it: a second reclaimer of the same pass does not count
+    on it (and wait), it preempts for itself."""
+    XG = 30
+    g = {
+        PH: GroupState(PH, "phusers", {"gpu": QuotaLimits(0, 8, 8)}, {"gpu": 8}),
+        RS: GroupState(RS, "research", {"gpu": QuotaLimits(4, None, 4)}),
+        XG: GroupState(XG, "vision", {"gpu": QuotaLimits(4, None, 4)}),
+    }
+    run = [running(8, 4, over_quota=True, age=50, ids=(0, 1, 2, 3)),
+           running(9, 4, over_quota=True, age=10, ids=(4, 5, 6, 7))]
+    jobs = [job(1, LIN, 4, group=RS), job(2, BOB, 4, group=XG)]
+    outcomes = {o.job_id: o for o in decide(g, jobs, [node(8, free=0)], run)}
+    assert {i: (str(o.verdict), str(o.reason)) for i, o in outcomes.items()} == {
+        1: ("wait", "Preempting"), 2: ("wait", "Preempting"), 8: ("preempt", "Preempted"), 9: ("preempt", "Preempted")}
+    assert (outcomes[9].by, outcomes[8].by) == (1, 2)
+
+    # The next pass, both victims still terminating: each nominated job waits for its own; a third group's job
+    # does not count on their room (promised) and preempts for itself.
+    YG = 40
+    g[YG] = GroupState(YG, "speech", {"gpu": QuotaLimits(4, None, 4)})
+    g[PH] = GroupState(PH, "phusers", {"gpu": QuotaLimits(0, 12, 12)}, {"gpu": 12})
+    run = [running(8, 4, over_quota=True, terminating=True, ids=(0, 1, 2, 3)),
+           running(9, 4, over_quota=True, terminating=True, ids=(4, 5, 6, 7)),
+           RunningJob(id=10, name="r10", group_id=PH, priority=0, preemptible=True, replicas=1, request={"gpu": 4},
+                      admitted_at=T0, over_quota=True, placement=(ReplicaPlacement("n2", (0, 1, 2, 3)),))]
+    nodes = [node(8, free=0), Node("n2", {"gpu": 4}, {"gpu": 0}, [])]
+    later = [nominated(job(1, LIN, 4, group=RS)), nominated(job(2, BOB, 4, group=XG)), job(3, PAN, 4, group=YG)]
+    assert decided(g, later, nodes, run) == {
+        1: ("wait", "Preempting"), 2: ("wait", "Preempting"), 3: ("wait", "Preempting"), 10: ("preempt", "Preempted")}
 
 
 def test_a_pass_never_evicts_and_readmits_the_same_job():

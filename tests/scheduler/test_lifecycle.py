@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import Phase
+from jobs.selectors import queue_positions
 from scheduler.backends import get_backend
 from scheduler.backends.base import ReplicaObservation, ReplicaState
 from scheduler.backends.local import LocalBackend
@@ -135,7 +136,7 @@ def test_pending_reason_names_the_quota_with_numbers(submit, clock):
     waiting.refresh_from_db()
     assert waiting.reason == "GroupQuota"
     assert waiting.message == "waiting for group GPU quota of phusers: 4 GPU used of 4 GPU, asks 2 GPU"
-    assert waiting.queue_position == 1
+    assert queue_positions([waiting.pk]) == {waiting.pk: 1}  # derived when read
 
 
 def test_inadmissible_reason_follows_quota_changes_and_returns_to_pending(submit, world):

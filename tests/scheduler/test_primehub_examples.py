@@ -3,6 +3,7 @@
 import pytest
 
 from jobs.choices import Phase
+from jobs.selectors import queue_positions
 from scheduler.passes import schedule_pass
 
 
@@ -19,10 +20,9 @@ def test_example_1_group_quota_blocks_fifo(submit):
     assert (a.phase, b.phase, c.phase) == (Phase.PREPARING, Phase.PENDING, Phase.PENDING)
     assert b.reason == "GroupQuota"
     assert "group GPU quota of phusers: 2 GPU used of 4 GPU, asks 4 GPU" in b.message
-    assert b.queue_position == 1
     assert c.reason == "BlockedByQueueHead"
     assert f"#{b.pk} (B)" in c.message
-    assert c.queue_position == 2
+    assert queue_positions([a.pk, b.pk, c.pk]) == {b.pk: 1, c.pk: 2}  # derived when read
 
 
 @pytest.mark.django_db
@@ -38,7 +38,7 @@ def test_example_2_user_quota_does_not_block_others(submit):
     assert (a.phase, b.phase, c.phase) == (Phase.PREPARING, Phase.PENDING, Phase.PREPARING)
     assert b.reason == "UserQuota"
     assert "user GPU quota in phusers: 2 GPU used of 4 GPU, asks 4 GPU" in b.message
-    assert b.queue_position == 1
+    assert queue_positions([b.pk]) == {b.pk: 1}
 
 
 @pytest.mark.django_db
@@ -53,14 +53,15 @@ def test_positions_follow_the_queue_without_extra_events(submit, world):
     for job in (a, b, c, d):
         job.refresh_from_db()
     assert a.phase == Phase.PREPARING
-    assert [(j.reason, j.queue_position) for j in (b, c, d)] == [
+    positions = queue_positions([b.pk, c.pk, d.pk])
+    assert [(j.reason, positions[j.pk]) for j in (b, c, d)] == [
         ("GroupQuota", 1), ("BlockedByQueueHead", 2), ("BlockedByQueueHead", 3)]
     events_before = d.events.count()
 
     job_cancel(job=c, by=world.users["lin"])
     schedule_pass()
     d.refresh_from_db()
-    assert (d.reason, d.queue_position) == ("BlockedByQueueHead", 2)
+    assert (d.reason, queue_positions([d.pk])) == ("BlockedByQueueHead", {d.pk: 2})
     assert d.events.count() == events_before  # a new position is not a new event
 
 
@@ -75,7 +76,7 @@ def test_finished_job_frees_quota_for_the_head(submit):
     job_transition(job=a, phase=Phase.SUCCEEDED, exit_code=0)
     schedule_pass()
     b.refresh_from_db()
-    assert b.phase == Phase.PREPARING and b.queue_position is None
+    assert b.phase == Phase.PREPARING and queue_positions([b.pk]) == {}
 
 
 @pytest.mark.django_db

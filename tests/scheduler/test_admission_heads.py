@@ -1,0 +1,122 @@
+"""Admission by queue heads, through real scheduling passes: the jobs behind a group's head are neither read one by
+one nor given an event; they show the head, and their positions are derived where they are read."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from jobs import selectors, services
+from jobs.choices import Phase
+from jobs.models import Job, JobEvent
+from scheduler.passes import schedule_pass
+
+pytestmark = pytest.mark.django_db
+
+
+def queue(submit, n):
+    """bob holds phusers' 4 GPUs; pan's job waits for them (the head), then ``n`` more of lin's and pan's."""
+    submit("bob", "gpu-4", name="holder")
+    head = submit("pan", "gpu-2", name="head")
+    behind = [submit("lin" if i % 2 else "pan", "gpu-1", name=f"behind-{i}") for i in range(n)]
+    schedule_pass()
+    return head, behind
+
+
+def test_jobs_behind_the_head_name_it_and_get_one_event_only(submit):
+    head, behind = queue(submit, 6)
+    rows = {j.pk: j for j in Job.objects.filter(pk__in=[b.pk for b in behind])}
+    assert {(j.phase, j.reason, j.message) for j in rows.values()} == {
+        (Phase.PENDING, "BlockedByQueueHead", f"behind job #{head.pk} (head), which waits for group quota")}
+    events = JobEvent.objects.filter(job__in=behind).count()
+    assert events == 2 * len(behind)  # Submitted, then into the queue (a phase change)
+
+    schedule_pass()
+    schedule_pass()
+    assert JobEvent.objects.filter(job__in=behind).count() == events  # waiting on: nothing new to say
+
+
+def test_a_new_head_is_named_by_every_job_behind_it_without_events(submit, world):
+    head, behind = queue(submit, 5)
+    events = JobEvent.objects.filter(job__in=behind[1:]).count()
+    services.job_cancel(job=head, by=world.users["pan"])
+    schedule_pass()
+    first = Job.objects.get(pk=behind[0].pk)
+    assert first.phase == Phase.PENDING and first.reason == "GroupQuota"  # the new head: its own reason changed
+    assert set(Job.objects.filter(pk__in=[b.pk for b in behind[1:]]).values_list("reason", "message")) == {
+        ("BlockedByQueueHead", f"behind job #{first.pk} (behind-0), which waits for group quota")}
+    assert JobEvent.objects.filter(job__in=behind[1:]).count() == events
+    assert selectors.queue_positions([b.pk for b in behind]) == {b.pk: i + 1 for i, b in enumerate(behind)}
+
+
+def test_positions_are_derived_in_queue_order_for_pending_jobs_only(submit):
+    head, behind = queue(submit, 3)
+    urgent = submit("lin", "gpu-1", name="urgent", priority=100)
+    schedule_pass()
+    positions = selectors.queue_positions([head.pk, urgent.pk, *(b.pk for b in behind)])
+    assert positions[urgent.pk] == 1  # higher priority goes first: it is the head now
+    assert [positions[b.pk] for b in behind] == [3, 4, 5] and positions[head.pk] == 2
+    admitted = Job.objects.filter(phase=Phase.PREPARING).values_list("pk", flat=True)
+    assert selectors.queue_positions(admitted) == {}
+    jobs = selectors.with_queue_positions(Job.objects.filter(pk__in=[urgent.pk, *admitted]))
+    assert {j.pk: j.queue_position for j in jobs} == {urgent.pk: 1, **dict.fromkeys(admitted)}
+
+
+def test_a_steady_pass_reads_as_much_for_a_long_queue_as_for_a_short_one(submit):
+    def steady_queries():
+        schedule_pass()
+        with CaptureQueriesContext(connection) as queries:
+            schedule_pass()
+        return len(queries)
+
+    queue(submit, 2)
+    short = steady_queries()
+    for i in range(30):
+        submit("lin", "gpu-1", name=f"more-{i}")
+    schedule_pass()
+    assert steady_queries() == short
+    assert Job.objects.filter(phase=Phase.PENDING, reason="BlockedByQueueHead").count() == 32
+
+
+def test_more_of_a_queue_is_read_while_its_first_jobs_are_all_admitted(submit, world):
+    from jobs.models import GroupQuota
+
+    GroupQuota.objects.filter(group=world.groups["phusers"], resource="gpu").update(quota=64, user_quota=64)
+    jobs = [submit("pan", "cpu-tiny", name=f"small-{i}") for i in range(12)]  # more than a pass reads at first
+    schedule_pass()
+    assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("phase", flat=True)) == {Phase.PREPARING}
+
+
+def holding_reads(queries) -> list[str]:
+    """The full reads of jobs holding resources among ``queries`` (the pass reads them only when new or changed)."""
+    return [q["sql"] for q in queries if '"over_quota"' in q["sql"] and "current_attempt_id" in q["sql"]]
+
+
+def test_a_steady_pass_parses_no_running_job_again(submit, world):
+    from jobs.models import GroupQuota
+
+    GroupQuota.objects.filter(group=world.groups["phusers"], resource="gpu").update(quota=64, user_quota=64)
+    jobs = [submit("pan", "cpu-tiny", name=f"small-{i}") for i in range(6)]
+    schedule_pass()
+    schedule_pass()  # the admitted jobs read once
+    with CaptureQueriesContext(connection) as queries:
+        schedule_pass()
+    assert connection.vendor != "postgresql" or holding_reads(queries) == []
+    services.job_transition(job=Job.objects.get(pk=jobs[2].pk), phase=Phase.RUNNING)
+    with CaptureQueriesContext(connection) as queries:
+        schedule_pass()
+    reads = holding_reads(queries)
+    assert connection.vendor != "postgresql" or (len(reads) == 1 and f"({jobs[2].pk})" in reads[0])
+
+
+def test_a_running_job_changed_in_place_is_seen_by_the_next_pass(submit):
+    """Even when the change is made in the transaction that ran the last pass (one row version id for both)."""
+    holder = submit("bob", "gpu-4", name="holder")
+    schedule_pass()
+    assert Job.objects.get(pk=holder.pk).phase == Phase.PREPARING
+    Job.objects.filter(pk=holder.pk).update(message="running")  # written by this transaction
+    schedule_pass()  # which the cache of running jobs reads
+    Job.objects.filter(pk=holder.pk).update(preemptible=True)  # by the same transaction: now a candidate victim
+    urgent = submit("pan", "gpu-4", name="urgent", priority=100)
+    schedule_pass()
+    assert Job.objects.get(pk=holder.pk).phase == Phase.TERMINATING
+    assert Job.objects.get(pk=urgent.pk).reason == "Preempting"
