@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
+from django.db import connections
 from django.db.models import Count, DurationField, ExpressionWrapper, F, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, Resource, Role
+from .filtersets import JobFilterSet
 from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership, Node
+
+# The job list counts exactly up to this many jobs, and estimates above (setting JOBSITE_LIST_EXACT_COUNT_MAX).
+LIST_EXACT_COUNT_MAX = 10_000
+# An estimate this many times the threshold is taken as it is, without the bounded count that would confirm it.
+ESTIMATE_TRUSTED_ABOVE = 10
 
 
 def groups_of(user: AbstractBaseUser) -> QuerySet[Group]:
@@ -24,12 +35,129 @@ def groups_of(user: AbstractBaseUser) -> QuerySet[Group]:
     return Group.objects.filter(memberships__user=user)
 
 
-def jobs_visible_to(user: AbstractBaseUser) -> QuerySet[Job]:
-    """Jobs of the groups the user belongs to (all jobs for superusers), newest first."""
+def jobs_visible_to(user: AbstractBaseUser, *, group_ids: list[int] | None = None) -> QuerySet[Job]:
+    """Jobs of the groups the user belongs to (all jobs for superusers), newest first. ``group_ids``: those groups,
+    when the caller has read them already."""
     qs = Job.objects.select_related("group", "user", "image", "instance_type", "current_attempt")
     if user.is_superuser:
         return qs
+    if group_ids is not None:
+        return qs.filter(group_id__in=group_ids)
     return qs.filter(group__in=Membership.objects.filter(user=user).values("group_id"))
+
+
+def job_list(user: AbstractBaseUser, params: Mapping[str, Any] | None, *,
+             group_ids: list[int] | None = None) -> tuple[QuerySet[Job], dict]:
+    """The job list of the API and of the HTML page: the jobs ``user`` may see that match the list's filters
+    (``jobs.filtersets.JobFilterSet``: group, user, phase, status, job type, dates, ``q`` name or id search),
+    newest first; and the errors of the filters that were not understood (those filters are left out).
+    ``group_ids``: the user's groups, when the caller has read them already."""
+    if user.is_superuser:
+        visible = jobs_visible_to(user)
+    else:
+        # The user's groups as values, not a subquery: the planner then knows which groups, and walks the
+        # (group, phase, id) index newest first instead of the whole table when a filter matches few of their jobs.
+        if group_ids is None:
+            group_ids = list(Membership.objects.filter(user=user).values_list("group_id", flat=True))
+        visible = jobs_visible_to(user, group_ids=group_ids)
+    filterset = JobFilterSet(params or None, queryset=visible)
+    jobs = filterset.qs.order_by("-id")
+    return jobs, (filterset.errors if filterset.is_bound else {})
+
+
+def job_count(jobs: QuerySet[Job]) -> tuple[int, bool]:
+    """How many rows ``jobs`` has, and whether that is exact. Up to ``JOBSITE_LIST_EXACT_COUNT_MAX`` (10,000) the
+    count is exact and reads at most that many index entries; above it, on PostgreSQL, it is the planner's estimate
+    (the table's statistics for the unfiltered list, ``EXPLAIN`` otherwise), never below the threshold. The
+    estimate is read first: one of more than ``ESTIMATE_TRUSTED_ABOVE`` times the threshold is answered without
+    counting (a bounded count of a search over many jobs reads all their index entries first)."""
+    limit = getattr(settings, "JOBSITE_LIST_EXACT_COUNT_MAX", LIST_EXACT_COUNT_MAX)
+    narrow = jobs.order_by().values("pk")
+    if connections[jobs.db].vendor != "postgresql":
+        return narrow.count(), True  # no planner estimate to read; small databases count fast enough
+    estimate = _estimated_rows(narrow)
+    if estimate > ESTIMATE_TRUSTED_ABOVE * limit:
+        return estimate, False  # far above the threshold: not worth reading threshold + 1 rows to be sure
+    counted = narrow[: limit + 1].count()
+    if counted <= limit:
+        return counted, True
+    return max(estimate, limit + 1), False
+
+
+def _estimated_rows(narrow: QuerySet) -> int:
+    with connections[narrow.db].cursor() as cursor:
+        if not narrow.query.where:
+            cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [Job._meta.db_table])
+            row = cursor.fetchone()
+            if row and row[0] >= 0:  # -1: never analysed
+                return int(row[0])
+        sql, params = narrow.query.sql_with_params()
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+class JobPaginator(Paginator):
+    """Django's paginator with ``job_count``'s count: ``count_exact`` says whether ``count`` (and so the number of
+    pages) is exact or an estimate. With an estimate, pages are not cut to it: any page number may be asked for, a
+    page past the end is empty (``EmptyPage``), and a full page has a next one."""
+
+    count_exact = True
+
+    @cached_property
+    def count(self) -> int:
+        count, self.count_exact = job_count(self.object_list)
+        return count
+
+    def validate_number(self, number) -> int:
+        try:
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            number = int(number)
+        except (TypeError, ValueError):
+            raise PageNotAnInteger("That page number is not an integer") from None
+        if number == 1:
+            return 1  # the first page always exists (maybe empty), and is read before anything is counted
+        if not self.count or self.count_exact:  # (reading count sets count_exact)
+            return super().validate_number(number)
+        if number < 1:
+            raise EmptyPage("That page number is less than 1")
+        return number
+
+    def page(self, number) -> Page:
+        number = self.validate_number(number)
+        if number == 1 and "count" not in self.__dict__:
+            rows = list(self.object_list[: self.per_page + 1])
+            if len(rows) <= self.per_page:  # the whole list: counted as it is read
+                self.__dict__["count"], self.count_exact = len(rows), True
+                return self._get_page(rows, 1, self)
+            if self.count and self.count_exact:  # (reading count sets count_exact)
+                return self._get_page(rows[: self.per_page], 1, self)
+            page = EstimatedPage(rows[: self.per_page], 1, self)
+            page.more = True
+            return page
+        if self.count_exact:
+            return super().page(number)
+        rows = list(self.object_list[(number - 1) * self.per_page:number * self.per_page + 1])  # one more: a next?
+        if number > 1 and not rows:
+            raise EmptyPage("That page contains no results")
+        page = EstimatedPage(rows[: self.per_page], number, self)
+        page.more = len(rows) > self.per_page
+        return page
+
+
+class EstimatedPage(Page):
+    """A page of a list whose count is an estimate: whether a next page exists was read with it."""
+
+    more = False
+
+    def has_next(self) -> bool:
+        return self.more
+
+    def end_index(self) -> int:
+        return (self.number - 1) * self.paginator.per_page + len(self.object_list)
 
 
 def job_can_act(user: AbstractBaseUser, job: Job) -> bool:
@@ -111,13 +239,58 @@ def quota_rows(group: Group, *, every_resource: bool = False) -> list[dict]:
 # --- queues, utilisation, usage -----------------------------------------------------------------------------
 
 
+class QueueQuerySet(QuerySet):
+    """Jobs whose ``queue_position`` is derived as their rows are fetched (one more query per page fetched)."""
+
+    def _fetch_all(self) -> None:
+        fresh = self._result_cache is None
+        super()._fetch_all()
+        if fresh and self._result_cache and isinstance(self._result_cache[0], Job):
+            with_queue_positions(self._result_cache)
+
+
 def group_queue(group: Group) -> QuerySet[Job]:
-    """The jobs waiting in a group's queue, in queue order (priority, then submission time)."""
+    """The jobs waiting in a group's queue, in queue order (priority, then submission time), each with its
+    derived ``queue_position``."""
     return (
-        Job.objects.filter(group=group, phase__in=QUEUED_PHASES)
+        QueueQuerySet(Job).filter(group=group, phase__in=QUEUED_PHASES)
         .select_related("user", "instance_type")
         .order_by("-priority", "queued_at", "id")
     )
+
+
+# The scheduler's queue order among the waiting (PENDING) jobs of a group: a nominated job (reason Preempting) first,
+# then priority, then queued time (scheduler.core decides in this order).
+QUEUE_ORDER_SQL = ("CASE WHEN j.reason = 'Preempting' THEN 0 ELSE 1 END, j.priority DESC, j.queued_at, j.id")
+
+
+def queue_positions(job_ids: Iterable[int]) -> dict[int, int]:
+    """The queue position (1..n in its group, among the waiting jobs) of each of ``job_ids`` that is PENDING:
+    {job id: position}. Derived when read, in one query (a window function over the queue order of those jobs'
+    groups), so a scheduling pass never rewrites positions when the jobs ahead move."""
+    ids = sorted({int(i) for i in job_ids})
+    if not ids:
+        return {}
+    table = Job._meta.db_table
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"SELECT r.id, r.position FROM (SELECT j.id, ROW_NUMBER() OVER (PARTITION BY j.group_id ORDER BY "
+        f"{QUEUE_ORDER_SQL}) AS position FROM {table} j WHERE j.phase = %s AND j.group_id IN "
+        f"(SELECT k.group_id FROM {table} k WHERE k.id IN ({marks}) AND k.phase = %s)) r WHERE r.id IN ({marks})"
+    )
+    with connections[Job.objects.db].cursor() as cursor:
+        cursor.execute(sql, ["PENDING", *ids, "PENDING", *ids])
+        return dict(cursor.fetchall())
+
+
+def with_queue_positions(jobs: Iterable[Job]) -> list[Job]:
+    """``jobs`` with ``queue_position`` set to their derived position (None unless PENDING), for the pages and
+    serializers that show it: one query for all of them."""
+    jobs = list(jobs)
+    positions = queue_positions(j.pk for j in jobs if j.phase == "PENDING")
+    for job in jobs:
+        job.queue_position = positions.get(job.pk)
+    return jobs
 
 
 def group_user_usage(group: Group) -> list[dict]:
@@ -239,20 +412,42 @@ def nodes_with_usage(backend: str) -> list[NodeUsage]:
     return nodes
 
 
-def cluster_utilisation() -> dict:
-    """Nodes with their GPUs, and running / queued jobs and GPUs by user (like `mcli util`)."""
+def sees_group_detail(user: AbstractBaseUser) -> set[int] | None:
+    """The groups whose users and jobs ``user`` may see on the utilisation pages: their own groups; None (every
+    group) for staff and superusers. Other groups show in aggregate only."""
+    if user.is_staff or user.is_superuser:
+        return None
+    return set(Membership.objects.filter(user=user).values_list("group_id", flat=True))
+
+
+def cluster_utilisation(viewer: AbstractBaseUser) -> dict:
+    """Nodes with their GPUs; every group in aggregate (running / queued jobs and GPUs, GPU quota); and running /
+    queued jobs and GPUs by user (like `mcli util`) in the groups whose detail ``viewer`` may see
+    (``sees_group_detail``): no other group's user names reach the page."""
     nodes = nodes_with_usage(settings.JOBSITE_BACKEND)
+    detail = sees_group_detail(viewer)
     by_user: dict[str, dict] = {}
+    by_group: dict[int, dict] = {}
     for row in (
         Job.objects.filter(phase__in=RESOURCE_PHASES | QUEUED_PHASES)
-        .values("user__username", "phase")
+        .values("group_id", "group__name", "user__username", "phase")
         .annotate(jobs=Count("id"), gpu=Sum(F("gpu") * F("replicas")))
     ):
+        kind = "running" if row["phase"] in RESOURCE_PHASES else "queued"
+        group = by_group.setdefault(row["group_id"], {
+            "group": row["group__name"], "member": detail is None or row["group_id"] in detail, "gpu_quota": None,
+            "running": 0, "running_gpu": 0, "queued": 0, "queued_gpu": 0})
+        group[kind] += row["jobs"]
+        group[f"{kind}_gpu"] += row["gpu"] or 0
+        if not group["member"]:
+            continue
         entry = by_user.setdefault(row["user__username"], {"user": row["user__username"], "running": 0,
                                                            "running_gpu": 0, "queued": 0, "queued_gpu": 0})
-        kind = "running" if row["phase"] in RESOURCE_PHASES else "queued"
         entry[kind] += row["jobs"]
         entry[f"{kind}_gpu"] += row["gpu"] or 0
+    for group_id, quota in GroupQuota.objects.filter(group_id__in=by_group, resource=Resource.GPU).values_list(
+            "group_id", "quota"):
+        by_group[group_id]["gpu_quota"] = quota
     total = sum(n.gpu_total for n in nodes)
     used = sum(n.gpu_used for n in nodes)
     return {
@@ -260,6 +455,7 @@ def cluster_utilisation() -> dict:
         "gpu_total": total,
         "gpu_used": used,
         "gpu_free": total - used,
+        "groups": sorted(by_group.values(), key=lambda e: (-e["running_gpu"], -e["queued_gpu"], e["group"])),
         "users": sorted(by_user.values(), key=lambda e: (-e["running_gpu"], -e["queued_gpu"], e["user"])),
     }
 

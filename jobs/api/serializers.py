@@ -15,7 +15,7 @@ from rest_framework import serializers
 from jobs import limits, vocabularies
 from jobs.choices import JobType, Priority, Role
 from jobs.models import Attempt, Image, InstanceType, Job, JobEvent
-from jobs.selectors import job_events
+from jobs.selectors import job_events, with_queue_positions
 
 # --- input --------------------------------------------------------------------------------------------------
 
@@ -259,6 +259,13 @@ class EventSerializer(serializers.ModelSerializer):
 VOCABULARY_FIELDS = ("vocabulary_status", "vocabulary_code")
 
 
+class JobListSerializer(serializers.ListSerializer):
+    """Jobs with their queue positions derived (one query for the whole page) before each is serialized."""
+
+    def to_representation(self, data: Any) -> list[dict[str, Any]]:
+        return super().to_representation(with_queue_positions(data.all() if hasattr(data, "all") else data))
+
+
 class JobSerializer(serializers.ModelSerializer):
     """A job in lists. Needs ``group, user, image, instance_type, current_attempt`` selected with it.
 
@@ -292,6 +299,7 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at", "finished_at", "current_attempt", *VOCABULARY_FIELDS,
         ]
         read_only_fields = fields
+        list_serializer_class = JobListSerializer
         extra_kwargs = {
             "estimated_start": {"help_text": "Pending: when the scheduler expects it to start; null when it does not "
                                              "expect it within 30 days (or the job is not pending)."},
@@ -309,6 +317,8 @@ class JobSerializer(serializers.ModelSerializer):
         return job.current_attempt.number if job.current_attempt_id else None
 
     def to_representation(self, job: Job) -> dict[str, Any]:
+        if not isinstance(self.parent, JobListSerializer):  # alone: its queue position is derived here
+            with_queue_positions([job])
         data = super().to_representation(job)  # the vocabulary fields are skipped: Job has no such attributes
         vocabulary = self.context.get("vocabulary")
         if vocabulary:
@@ -445,12 +455,25 @@ class UserUtilisationSerializer(serializers.Serializer):
     queued_gpu = serializers.IntegerField()
 
 
+class GroupUtilisationSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    member = serializers.BooleanField(help_text="Whether you see this group's users (a member, or staff).")
+    gpu_quota = serializers.IntegerField(allow_null=True, help_text="null: no GPU quota (unlimited).")
+    running = serializers.IntegerField()
+    running_gpu = serializers.IntegerField()
+    queued = serializers.IntegerField()
+    queued_gpu = serializers.IntegerField()
+
+
 class UtilisationSerializer(serializers.Serializer):
     gpu_total = serializers.IntegerField()
     gpu_used = serializers.IntegerField()
     gpu_free = serializers.IntegerField()
     nodes = NodeSerializer(many=True)
-    users = UserUtilisationSerializer(many=True, help_text="Running and queued jobs and GPUs per user.")
+    groups = GroupUtilisationSerializer(many=True, help_text="Every group with running or queued jobs, in aggregate.")
+    users = UserUtilisationSerializer(
+        many=True, help_text="Running and queued jobs and GPUs per user, in your groups only (all for staff)."
+    )
 
 
 class UsageRowSerializer(serializers.Serializer):

@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from datetime import date, timedelta
+from pathlib import Path
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
+from django_filters.utils import translate_validation
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, permissions, renderers, status, viewsets
@@ -30,8 +32,7 @@ from rest_framework.views import APIView
 from jobs import logs, selectors, services, vocabularies
 from jobs.choices import TERMINAL_PHASES
 from jobs.filtersets import JobFilterSet
-from jobs.models import Group, Job
-from jobs.state_machine import InvalidTransition
+from jobs.models import Attempt, Group, Job
 
 from . import auth, queries
 from .exceptions import Conflict, RequestTooLarge, error_body, validation_error_from_django
@@ -88,7 +89,7 @@ class PlainTextRenderer(renderers.BaseRenderer):
 class CanActOnJob(permissions.BasePermission):
     """Reading and cloning need visibility only (the queryset); changing a job needs ``selectors.job_can_act``."""
 
-    message = "You can act only on your own jobs and on the jobs of groups you administer."
+    message = services.CANNOT_ACT
 
     def has_object_permission(self, request: Request, view, obj: Job) -> bool:
         if request.method in permissions.SAFE_METHODS or getattr(view, "action", None) == "clone":
@@ -248,6 +249,7 @@ LOG_HEADERS = [
                      enum=["true", "false"],
                      description="`true` once the job has ended: a log read after that is complete."),
 ]
+LOG_SEARCH_MAX = 200  # matches one search may return
 
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -284,7 +286,11 @@ def _fingerprint(data) -> str:
 
 @extend_schema_view(
     list=extend_schema(summary="List jobs", parameters=[VOCABULARY_PARAM],
-                       description="Jobs of your groups (all for superusers), newest first."),
+                       description="Jobs of your groups (all for superusers), newest first. Numbered pages "
+                                   "(`page`) or keyset pages (`cursor`, as fast at any depth: start with `cursor=` "
+                                   "and follow `next`). `count` is exact up to 10,000 jobs and estimated above "
+                                   "(`count_exact: false`). `q` matches a name substring or the job id (`123` or "
+                                   "`#123`)."),
     retrieve=extend_schema(summary="Show a job with its attempts and events", parameters=[VOCABULARY_PARAM]),
 )
 @extend_schema(tags=["jobs"])
@@ -300,7 +306,13 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
     queryset = Job.objects.none()  # for the schema; requests use get_queryset
 
     def get_queryset(self):
-        return selectors.jobs_visible_to(self.request.user).select_related("current_attempt").order_by("-id")
+        if self.action == "list" and not getattr(self, "swagger_fake_view", False):
+            # The same query as the HTML list; filters that are not understood are a 400, as django-filter's.
+            jobs, errors = selectors.job_list(self.request.user, self.request.query_params)
+            if errors:
+                raise translate_validation(errors)
+            return jobs
+        return selectors.jobs_visible_to(self.request.user).order_by("-id")
 
     def get_object(self) -> Job:
         try:
@@ -309,8 +321,9 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
             raise exceptions.NotFound(f"No job {self.kwargs.get('pk', '')!s:.30} in your groups.") from None
 
     def filter_queryset(self, queryset):
-        # Filters apply to the list only: ?phase= on a detail URL must not make the job vanish.
-        return super().filter_queryset(queryset) if self.action == "list" else queryset
+        # The list's filters are in selectors.job_list (filter_backends stay for the schema); they apply to the
+        # list only: ?phase= on a detail URL must not make the job vanish.
+        return queryset
 
     def get_serializer_class(self):
         if self.action == "create":
@@ -440,36 +453,11 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
     def bulk_cancel(self, request: Request) -> Response:
         body = BulkCancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        ids = list(dict.fromkeys(body.validated_data["ids"]))
-        stop = body.validated_data["stop"]
-        visible = {j.pk: j for j in self.get_queryset().filter(pk__in=ids)}
-        results = [self._cancel_one(request, pk, visible.get(pk), stop) for pk in ids]
+        results = services.job_cancel_many(ids=body.validated_data["ids"], by=request.user,
+                                           stop=body.validated_data["stop"])
         cancelled = sum(1 for r in results if r["ok"])
         return Response({"ok": cancelled == len(results), "cancelled": cancelled,
                          "failed": len(results) - cancelled, "results": results})
-
-    def _cancel_one(self, request: Request, pk: int, job: Job | None, stop: bool) -> dict:
-        def result(code: int, detail: str, job: Job | None = None) -> dict:
-            return {"id": pk, "ok": code == 200, "status_code": code, "detail": detail,
-                    "phase": job.phase if job else None, "status": job.status if job else None}
-
-        if job is None:
-            return result(404, "No such job.")
-        if not selectors.job_can_act(request.user, job):
-            return result(403, CanActOnJob.message, job)
-        try:
-            with transaction.atomic():
-                job = services.job_cancel(job=job, by=request.user, stop=stop)
-        except DjangoValidationError as exc:
-            job.refresh_from_db()
-            return result(400, " ".join(exc.messages), job)
-        except InvalidTransition as exc:
-            job.refresh_from_db()
-            return result(409, f"The job changed meanwhile ({exc}); reload it and try again.", job)
-        except Exception:  # one job's failure must not lose the report of the others
-            log.exception("bulk cancel of job %s failed", pk)
-            return result(500, "Could not cancel this job; try again.", None)
-        return result(200, "Stopped." if stop else "Cancelled.", job)
 
     @extend_schema(summary="A job's events (its `describe`), oldest first", responses={200: EventSerializer(many=True)},
                    filters=False)
@@ -513,59 +501,144 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
             filter_backends=[], pagination_class=None)
     def logs(self, request: Request, pk: str | None = None) -> HttpResponse:
         job = self.get_object()  # read before the file: a log read once the job has ended is complete
-        replica = _int_param(request, "replica", default=None)
-        failed = _bool_param(request, "failed")
-        attempt_number = _int_param(request, "attempt", default=None)
-        tail_bytes = _int_param(request, "tail_bytes", default=None)
         start = _int_param(request, "start", default=None)
         end = _int_param(request, "end", default=None)
+        tail_bytes = _int_param(request, "tail_bytes", default=None)
         if tail_bytes is not None and start is not None:
             raise exceptions.ValidationError({"tail_bytes": ["Give either tail_bytes or start, not both."]})
         if start is not None and end is not None and end < start:
             raise exceptions.ValidationError({"end": ["end must be at least start."]})
+        target = _log_target(request, job)
+        # The file may grow while it is sent: send what it held when opened.
+        content = logs.open_slice(target.path, start=start, end=end, tail_bytes=tail_bytes)
+        return _log_response(request, target, content)
 
-        if attempt_number is None:
-            attempt = job.current_attempt
-        else:
-            attempt = job.attempts.filter(number=attempt_number).first() if attempt_number < 2**31 else None
-            if attempt is None:
-                raise exceptions.NotFound(f"Job #{job.pk} has no attempt {attempt_number}.")
-        try:
-            replica = selectors.attempt_log_rank(attempt, replica=replica, failed=failed)
-        except selectors.NoFailedReplica as exc:
-            raise exceptions.NotFound(str(exc)) from None
-        except selectors.ReplicaNotFailed as exc:
-            raise exceptions.ValidationError({"replica": [str(exc)]}) from None
-        replicas = attempt.replicas if attempt else job.replicas
-        if not 0 <= replica < replicas:
-            raise exceptions.NotFound(f"Replica {replica} does not exist: the job has replicas 0 to {replicas - 1}.")
+    @extend_schema(
+        summary="Search a replica's whole log",
+        description="The lines of the log that contain `q` (case-insensitive for ASCII letters), with their byte "
+                    "offsets: the first `limit` at or after byte `after`, or with `before` the last `limit` whose "
+                    "match starts before it (previous). Next: ask again with `after` one past the last match's "
+                    "`offset`. The log is read in chunks, so any size can be searched.",
+        parameters=[
+            OpenApiParameter("q", OpenApiTypes.STR, required=True, description="Text to find (1 to 200 characters)."),
+            OpenApiParameter("replica", COUNT, description="Replica rank (default 0)."),
+            OpenApiParameter("failed", OpenApiTypes.BOOL, description="As for the log: the first failed replica."),
+            OpenApiParameter("attempt", COUNT, description="Attempt number (default: the current one)."),
+            OpenApiParameter("after", COUNT, description="Byte offset to search from (default 0)."),
+            OpenApiParameter("before", COUNT, description="Search backwards: matches starting before this offset."),
+            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": LOG_SEARCH_MAX},
+                             description=f"Most matches to return (default 20, at most {LOG_SEARCH_MAX})."),
+        ],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="`{matches: [{offset, line_start, "
+                                        "line_end, text, text_start}], size, attempt, replica}`.")},
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], url_path="logs/search", filter_backends=[], pagination_class=None)
+    def log_search(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        query = request.query_params.get("q", "")
+        if not query or len(query) > 200 or "\n" in query:
+            raise exceptions.ValidationError({"q": ["Give 1 to 200 characters on one line."]})
+        after = _int_param(request, "after", default=None)
+        before = _int_param(request, "before", default=None)
+        if after is not None and before is not None:
+            raise exceptions.ValidationError({"before": ["Give either after or before, not both."]})
+        limit = _int_param(request, "limit", default=20)
+        if not 1 <= limit <= LOG_SEARCH_MAX:
+            raise exceptions.ValidationError({"limit": [f"Give a number from 1 to {LOG_SEARCH_MAX}."]})
+        target = _log_target(request, job)
+        found = logs.search_log(target.path, query, after=after or 0, before=before, limit=limit) \
+            if target.path else None
+        size = target.path.stat().st_size if found is not None else 0
+        return Response({"matches": [m.as_dict() for m in found or []], "size": size,
+                         "attempt": target.attempt.number if target.attempt else None, "replica": target.replica},
+                        headers={"Cache-Control": "no-store"})
 
-        headers = {
-            "X-Log-Attempt": str(attempt.number) if attempt else "",
-            "X-Log-Replica": str(replica),
-            "X-Log-Failed-Rank": str(attempt.failed_rank) if attempt and attempt.failed_rank is not None else "",
-            "X-Job-Current-Attempt": str(job.current_attempt.number) if job.current_attempt_id else "",
-            "X-Job-Phase": job.phase,
-            "X-Job-Finished": "true" if job.phase in TERMINAL_PHASES else "false",
-            "Cache-Control": "no-store",
-        }
-        content = None
-        if attempt is not None:  # not admitted yet: no log so far
-            path = logs.log_path(attempt, replica)
-            if path is None:
-                raise exceptions.NotFound(f"The logs of backend '{attempt.backend}' are not available here.")
-            # The file may grow while it is sent: send what it held when opened.
-            content = logs.open_slice(path, start=start, end=end, tail_bytes=tail_bytes)
-        if content is None:
-            response = HttpResponse(b"", content_type=TEXT_PLAIN)
-            headers.update({"X-Log-Size": "0", "X-Log-Start": "0", "X-Log-End": "0"})
-        else:
-            response = StreamingHttpResponse(content.body_for(request), content_type=TEXT_PLAIN)
-            headers.update({"X-Log-Size": str(content.size), "X-Log-Start": str(content.start),
-                            "X-Log-End": str(content.start + content.remaining)})
-        for name, value in headers.items():
-            response[name] = value
+    @extend_schema(
+        summary="A replica's whole log, to open in a browser tab or save",
+        description="text/plain, shown in the browser (`download=true`: saved as a file). Same choice of attempt "
+                    "and replica, same headers, as the log.",
+        parameters=[
+            OpenApiParameter("replica", COUNT, description="Replica rank (default 0)."),
+            OpenApiParameter("failed", OpenApiTypes.BOOL, description="As for the log: the first failed replica."),
+            OpenApiParameter("attempt", COUNT, description="Attempt number (default: the current one)."),
+            OpenApiParameter("download", OpenApiTypes.BOOL, description="`true`: as an attachment."),
+            *LOG_HEADERS,
+        ],
+        responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="The log bytes.")},
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], url_path="logs/raw", renderer_classes=[renderers.JSONRenderer,
+            PlainTextRenderer], filter_backends=[], pagination_class=None)
+    def log_raw(self, request: Request, pk: str | None = None) -> HttpResponse:
+        job = self.get_object()
+        download = _bool_param(request, "download")
+        target = _log_target(request, job)
+        response = _log_response(request, target, logs.open_slice(target.path))
+        name = f"job-{job.pk}-attempt-{target.attempt.number if target.attempt else 0}-replica-{target.replica}.log"
+        response["Content-Disposition"] = f'{"attachment" if download else "inline"}; filename="{name}"'
+        response["X-Content-Type-Options"] = "nosniff"
         return response
+
+
+@dataclass(frozen=True)
+class _LogTarget:
+    job: Job
+    attempt: Attempt | None  # None: not admitted yet, so no log so far
+    replica: int
+    path: Path | None
+
+
+def _log_target(request: Request, job: Job) -> _LogTarget:
+    """The replica log that ``?attempt=``, ``?replica=`` and ``?failed=`` choose (400/404 as the log action)."""
+    replica = _int_param(request, "replica", default=None)
+    failed = _bool_param(request, "failed")
+    attempt_number = _int_param(request, "attempt", default=None)
+    if attempt_number is None:
+        attempt = job.current_attempt
+    else:
+        attempt = job.attempts.filter(number=attempt_number).first() if attempt_number < 2**31 else None
+        if attempt is None:
+            raise exceptions.NotFound(f"Job #{job.pk} has no attempt {attempt_number}.")
+    try:
+        replica = selectors.attempt_log_rank(attempt, replica=replica, failed=failed)
+    except selectors.NoFailedReplica as exc:
+        raise exceptions.NotFound(str(exc)) from None
+    except selectors.ReplicaNotFailed as exc:
+        raise exceptions.ValidationError({"replica": [str(exc)]}) from None
+    replicas = attempt.replicas if attempt else job.replicas
+    if not 0 <= replica < replicas:
+        raise exceptions.NotFound(f"Replica {replica} does not exist: the job has replicas 0 to {replicas - 1}.")
+    path = None
+    if attempt is not None:
+        path = logs.log_path(attempt, replica)
+        if path is None:
+            raise exceptions.NotFound(f"The logs of backend '{attempt.backend}' are not available here.")
+    return _LogTarget(job, attempt, replica, path)
+
+
+def _log_response(request: Request, target: _LogTarget, content: logs.FileSlice | None) -> HttpResponse:
+    """``content`` (None: no log yet) as text/plain with the X-Log-* and X-Job-* headers."""
+    job, attempt = target.job, target.attempt
+    headers = {
+        "X-Log-Attempt": str(attempt.number) if attempt else "",
+        "X-Log-Replica": str(target.replica),
+        "X-Log-Failed-Rank": str(attempt.failed_rank) if attempt and attempt.failed_rank is not None else "",
+        "X-Job-Current-Attempt": str(job.current_attempt.number) if job.current_attempt_id else "",
+        "X-Job-Phase": job.phase,
+        "X-Job-Finished": "true" if job.phase in TERMINAL_PHASES else "false",
+        "Cache-Control": "no-store",
+    }
+    if content is None:
+        response = HttpResponse(b"", content_type=TEXT_PLAIN)
+        headers.update({"X-Log-Size": "0", "X-Log-Start": "0", "X-Log-End": "0"})
+    else:
+        response = StreamingHttpResponse(content.body_for(request), content_type=TEXT_PLAIN)
+        headers.update({"X-Log-Size": str(content.size), "X-Log-Start": str(content.start),
+                        "X-Log-End": str(content.start + content.remaining)})
+    for name, value in headers.items():
+        response[name] = value
+    return response
 
 
 # --- groups -------------------------------------------------------------------------------------------------
@@ -653,10 +726,12 @@ class GroupViewSet(ApiMixin, viewsets.GenericViewSet):
 class UtilisationApi(ApiMixin, APIView):
     permission_classes = [permissions.IsAuthenticated]
 
-    @extend_schema(tags=["cluster"], summary="Cluster utilisation: GPUs per node, running and queued per user",
+    @extend_schema(tags=["cluster"], summary="Cluster utilisation: GPUs per node, per group, and per user",
+                   description="Every group with running or queued jobs in aggregate (`groups`); `users` covers "
+                               "only the groups you are a member of (every group for staff).",
                    responses={200: UtilisationSerializer})
     def get(self, request: Request) -> Response:
-        util = selectors.cluster_utilisation()
+        util = selectors.cluster_utilisation(request.user)
         util["nodes"] = [{"name": n.name, "gpu_total": n.gpu_total, "gpu_used": n.gpu_used, "gpu_free": n.gpu_free}
                          for n in util["nodes"]]
         return Response(UtilisationSerializer(util).data)

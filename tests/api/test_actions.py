@@ -49,7 +49,7 @@ def test_attempts_with_log_sizes(world, submit, client_for):
 
     queued = submit("bob", "gpu-4")
     assert client_for("bob").get(job_url(queued.pk, "attempts")).json() == {
-        "count": 0, "next": None, "previous": None, "results": []}
+        "count": 0, "count_exact": True, "next": None, "previous": None, "results": []}
 
 
 # --- clone --------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ def test_utilisation(world, submit, client_for):
     submit("lin", "gpu-1", group="research")
     submit("pan", "gpu-4")  # waits
     schedule_pass()
-    data = client_for("eve").get(UTIL_URL).json()
+    data = client_for("lin").get(UTIL_URL).json()  # a member of phusers: sees its users
     assert (data["gpu_total"], data["gpu_used"], data["gpu_free"]) == (8, 3, 5)
     assert data["nodes"] == [{"name": "local", "gpu_total": 8, "gpu_used": 3, "gpu_free": 5}]
     users = {u["user"]: u for u in data["users"]}

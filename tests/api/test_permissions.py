@@ -123,6 +123,8 @@ MATRIX = {
     "events": ("get", "/api/v1/jobs/{job}/events/", None, SEE),
     "attempts": ("get", "/api/v1/jobs/{job}/attempts/", None, SEE),
     "logs": ("get", "/api/v1/jobs/{job}/logs/", None, SEE),
+    "log search": ("get", "/api/v1/jobs/{job}/logs/search/?q=x", None, SEE),
+    "raw log": ("get", "/api/v1/jobs/{job}/logs/raw/?download=true", None, SEE),
     "clone": ("post", "/api/v1/jobs/{job}/clone/", {}, (401, 404, 201, 201, 201, 201)),
     "cancel": ("post", "/api/v1/jobs/{job}/cancel/", None, ACT),
     "stop": ("post", "/api/v1/jobs/{job}/stop/", None, ACT),

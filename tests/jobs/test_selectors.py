@@ -29,11 +29,16 @@ def test_group_user_usage_and_cluster_utilisation(submit, world):
     schedule_pass()
     usage = {row["user"]: row["used"]["gpu"] for row in selectors.group_user_usage(world.groups["phusers"])}
     assert usage == {"bob": 2, "lin": 1}
-    util = selectors.cluster_utilisation()
+    util = selectors.cluster_utilisation(world.users["lin"])
     assert (util["gpu_total"], util["gpu_used"], util["gpu_free"]) == (8, 3, 5)
     assert [(n.name, n.gpu_used) for n in util["nodes"]] == [("local", 3)]
     lin = next(u for u in util["users"] if u["user"] == "lin")
     assert (lin["running"], lin["running_gpu"], lin["queued"], lin["queued_gpu"]) == (1, 1, 1, 4)
+    assert util["groups"] == [{"group": "phusers", "member": True, "gpu_quota": 4, "running": 2, "running_gpu": 3,
+                               "queued": 1, "queued_gpu": 4}]
+    # Not a member of phusers: the same group in aggregate, and none of its users.
+    eve = selectors.cluster_utilisation(world.users["eve"])
+    assert eve["users"] == [] and eve["groups"] == [{**util["groups"][0], "member": False}]
 
 
 def test_gpu_hours_per_day_group_and_user(submit, world):
