@@ -51,4 +51,6 @@ RUN SECRET_KEY=collectstatic-build-only python manage.py collectstatic --noinput
 
 EXPOSE 8000
 
-CMD ["uvicorn", "jobsite.asgi:application", "--host", "0.0.0.0", "--port", "8000"]
+# No per-message compression of WebSocket frames: the live pages send small fragments to many sockets, and
+# compressing each one per socket costs more CPU than the bytes are worth.
+CMD ["uvicorn", "jobsite.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--ws-per-message-deflate", "false"]

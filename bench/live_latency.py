@@ -1,4 +1,15 @@
-"""Benchmark: from a status change in the backend to the new badge in a real browser's job list.
+"""Benchmark: from a status change in the backend to the new badge in a real browser's job list; and (--load)
+1,000 sockets at 200 changes/s.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/jobsite_bench REDIS_URL=redis://127.0.0.1:6379/10 \
+        .venv/bin/python bench/live_latency.py --load    # 1,000 sockets, 200 changes/s, 30 s
+
+--load: uvicorn (one process, production settings) on PostgreSQL and Redis; --clients WebSocket clients (default
+1,000, the ``websockets`` library, in --client-processes processes) on the job list's socket; this process makes
+--rate status changes a second for --seconds through ``services.job_transition`` (20 running jobs, each change
+numbered in the job's message). Prints p50 / p95 from each change to each socket's frame that shows it (or a later
+state of the same job: bursts are coalesced), the socket×change pairs dropped, server errors and the channels left
+in Redis groups, beside the goals (p95 ≤ 200 ms, 0 dropped), with the machine's load average.
 
     .venv/bin/python bench/live_latency.py                        # embedded (in-memory layer), then Redis if
     REDIS_URL=redis://127.0.0.1:6379/14 .venv/bin/python bench/live_latency.py    # REDIS_URL is set
@@ -22,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -31,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from array import array
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,14 +142,14 @@ def start_server(layer: str, port: int, env: dict):
         from jobsite.asgi import application
 
         server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off",
-                                               log_level="warning"))
+                                               log_level="warning", ws_per_message_deflate=False))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         wait_port(port)
         return lambda: (setattr(server, "should_exit", True), thread.join(10))
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "jobsite.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--log-level", "warning"],
+         "--lifespan", "off", "--log-level", "warning", "--ws-per-message-deflate", "false"],
         cwd=ROOT, env=env,
     )
     wait_port(port)
@@ -168,7 +182,7 @@ class ExtraClients:
                     if stop in done:
                         recv.cancel()
                         return
-                    json.loads(recv.result())
+                    recv.result()
                     self.received += 1
         except Exception:
             self.failed += 1
@@ -285,6 +299,220 @@ def child(args: argparse.Namespace) -> None:
         stop_server()
 
 
+# --- load: 1,000 sockets at 200 changes/s ----------------------------------------------------------------------
+
+LOAD_GOAL_P95_MS = 200.0
+SEQ = re.compile(rb"bench-seq (\d+)")
+BUCKET_MS = 1.0  # latency histogram resolution
+BUCKETS = 120_000  # up to 120 s
+
+
+class LoadClients:
+    """``count`` sockets on one event loop (one process of several). Each frame's rows carry the change's sequence
+    number (in the job's message); per socket the first time each number is seen is kept. At the end, with the
+    parent's log of changes (seq → job, time made), each change's latency is when that socket first saw it or a
+    later change of the same job (a burst coalesced into its last state counts as delivered), and a change never
+    covered by what the socket got is dropped."""
+
+    def __init__(self, url: str, origin: str, cookie: str, count: int, changes_max: int):
+        self.url, self.origin, self.cookie, self.count = url, origin, cookie, count
+        self.seen = [array("d", bytes(8 * changes_max)) for _ in range(count)]
+        self.frames = 0
+        self.failed = 0
+        self.ready = 0
+
+    async def client(self, index: int, stopping: asyncio.Event) -> None:
+        import websockets
+
+        seen = self.seen[index]
+        try:
+            async with websockets.connect(self.url, origin=self.origin, additional_headers={
+                    "Cookie": f"sessionid={self.cookie}"}, open_timeout=120, max_queue=None, max_size=None) as ws:
+                self.ready += 1
+                if self.ready + self.failed == self.count:
+                    print("connected", self.ready, flush=True)
+                stop = asyncio.ensure_future(stopping.wait())
+                while True:
+                    recv = asyncio.ensure_future(ws.recv(decode=False))
+                    done, _ = await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
+                    if stop in done:
+                        recv.cancel()
+                        return
+                    now = time.time()
+                    self.frames += 1
+                    for match in SEQ.finditer(recv.result()):
+                        seq = int(match.group(1))
+                        if seq < len(seen) and not seen[seq]:
+                            seen[seq] = now
+        except Exception:
+            self.failed += 1
+            if self.ready + self.failed == self.count:
+                print("connected", self.ready, flush=True)
+
+    async def run(self) -> None:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        tasks = []
+        for i in range(self.count):  # connect in small bursts, as browsers would
+            tasks.append(asyncio.ensure_future(self.client(i, stopping)))
+            if i % 20 == 19:
+                await asyncio.sleep(0.05)
+        log_path = (await loop.run_in_executor(None, sys.stdin.readline)).strip()  # the parent's change log
+        await asyncio.sleep(float((await loop.run_in_executor(None, sys.stdin.readline)).strip()))  # settle
+        stopping.set()
+        await asyncio.gather(*tasks)
+        changes = json.loads(Path(log_path).read_text())  # [[seq, job, t0], …] in seq order
+        by_job: dict[int, list[tuple[int, float]]] = {}
+        for seq, job, t0 in changes:
+            by_job.setdefault(job, []).append((seq, t0))
+        histogram = [0] * BUCKETS
+        dropped = 0
+        for seen in self.seen[: self.count]:
+            for series in by_job.values():
+                covered = 0.0  # the earliest time a change at or after this one was seen
+                for seq, t0 in reversed(series):
+                    t = seen[seq]
+                    if t and (not covered or t < covered):
+                        covered = t
+                    if not covered:
+                        dropped += 1
+                        continue
+                    histogram[min(BUCKETS - 1, max(0, int((covered - t0) * 1000 / BUCKET_MS)))] += 1
+        print(json.dumps({"histogram": {i: n for i, n in enumerate(histogram) if n}, "dropped": dropped,
+                          "frames": self.frames, "failed": self.failed, "ready": self.ready}), flush=True)
+
+
+def histogram_percentile(histogram: dict[int, int], q: float) -> float:
+    total = sum(histogram.values())
+    target = q / 100 * total
+    running = 0
+    for bucket in sorted(histogram):
+        running += histogram[bucket]
+        if running >= target:
+            return (bucket + 0.5) * BUCKET_MS
+    return float("nan")
+
+
+def load(args: argparse.Namespace) -> None:
+    """The child of --load: the world on PostgreSQL, uvicorn as a process, client processes, changes at a rate."""
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from jobs import realtime, services
+    from jobs.choices import Phase
+    from jobs.models import Job
+
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") or "Redis" not in settings.CHANNEL_LAYERS[
+            "default"]["BACKEND"]:
+        raise SystemExit("--load runs on PostgreSQL and Redis: set DATABASE_URL and REDIS_URL")
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)
+    user, jobs = setup_world()
+    cookie = session_cookie(user)
+    import redis
+
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "jobsite.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", "--log-level", "warning", "--no-access-log", "--ws-per-message-deflate", "false"],
+        cwd=ROOT, env=dict(os.environ), stderr=subprocess.PIPE, text=True)
+    wait_port(port, 60)
+    errors: list[str] = []
+    server_log = open(args.server_log, "w") if args.server_log else None  # noqa: SIM115
+
+    def read_server_log() -> None:
+        for line in server.stderr:
+            if server_log:
+                server_log.write(line)
+            if "ERROR" in line or "Traceback" in line:
+                errors.append(line)
+
+    threading.Thread(target=read_server_log, daemon=True).start()
+    total = int(args.rate * args.seconds)
+    per_process = [args.clients // args.client_processes + (1 if i < args.clients % args.client_processes else 0)
+                   for i in range(args.client_processes)]
+    base = f"http://127.0.0.1:{port}"
+    clients = [subprocess.Popen([sys.executable, __file__, "--load-clients-of", f"ws://127.0.0.1:{port}/ws/jobs/",
+                                 base, cookie, str(n), str(total)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+               for n in per_process if n]
+    connected = sum(int(c.stdout.readline().split()[1]) for c in clients)
+    print(f"[load] uvicorn (1 process) on PostgreSQL + Redis, {len(jobs)} running jobs on the page, {connected} of "
+          f"{args.clients} sockets connected ({len(clients)} client processes); {args.rate:g} changes/s for "
+          f"{args.seconds:g} s = {total} changes", flush=True)
+    load_before = os.getloadavg()[0]
+    changes = []
+    started = time.monotonic() + 0.5
+
+    def writer(k: int) -> None:
+        # Changes as the scheduler and workers make them, from several threads; each job's in order. Latency is
+        # counted from the commit (job_transition returns after it).
+        from django.db import close_old_connections
+
+        for seq in range(k, total, args.writers):
+            delay = started + seq / args.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            job = jobs[seq % len(jobs)]
+            status = "CrashLoopBackOff" if seq // len(jobs) % 2 == 0 else "Running"
+            services.job_transition(job=Job(pk=job.pk), phase=Phase.RUNNING, status=status, reason="BackOff",
+                                    message=f"bench-seq {seq}")
+            changes.append([seq, job.pk, time.time()])
+        close_old_connections()
+
+    writers = [threading.Thread(target=writer, args=(k,)) for k in range(args.writers)]
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    changes.sort()
+    elapsed = time.monotonic() - started
+    load_after = os.getloadavg()[0]
+    realtime.flush(30)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(changes, f)
+    histogram: dict[int, int] = {}
+    dropped = frames = failed = 0
+    for c in clients:
+        c.stdin.write(f"{f.name}\n{args.settle}\n")
+        c.stdin.flush()
+    for c in clients:
+        result = json.loads(c.stdout.readline())
+        c.wait(120)
+        for bucket, n in result["histogram"].items():
+            histogram[int(bucket)] = histogram.get(int(bucket), 0) + n
+        dropped += result["dropped"]
+        frames += result["frames"]
+        failed += result["failed"]
+    os.unlink(f.name)
+    time.sleep(2)  # the sockets' disconnects
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    in_groups = len(client.pubsub_channels("jobsite:ws:*"))
+    delivered = sum(histogram.values())
+    publisher = realtime._publisher()
+    print(f"[load] the publisher sent {publisher.batches} batches ({publisher.rows} rows rendered once each)",
+          flush=True)
+    print(f"[load] made {total} changes in {elapsed:.1f} s ({total / elapsed:.0f}/s); load average "
+          f"{load_before:.1f} before, {load_after:.1f} at the end ({os.cpu_count()} CPUs)", flush=True)
+    print(f"[load] change → socket over {connected} sockets: p50 {histogram_percentile(histogram, 50):7.1f} ms  "
+          f"p95 {histogram_percentile(histogram, 95):7.1f} ms  (goal p95 ≤ {LOAD_GOAL_P95_MS:.0f} ms)", flush=True)
+    print(f"[load] dropped {dropped} of {delivered + dropped} socket×change (goal 0); {frames} frames received "
+          f"({frames / max(connected, 1):.0f} per socket for {total} changes); {failed} sockets failed", flush=True)
+    print(f"[load] server errors logged: {len(errors)}; Redis channels still subscribed after the sockets closed: "
+          f"{in_groups} (goal 0)", flush=True)
+    for line, n in collections.Counter(line.strip()[:200] for line in errors).most_common(3):
+        print(f"[load]   {n} × {line}", flush=True)
+    server.terminate()
+    try:
+        server.wait(20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
 # --- the parent: one child process per layer -------------------------------------------------------------------
 
 
@@ -297,9 +525,44 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.0,
                         help="seconds between two changes (default 0: the next change as soon as the badge shows)")
     parser.add_argument("--database-url", default="", help="default: a new SQLite file in a temporary directory")
+    parser.add_argument("--load", action="store_true",
+                        help="instead: --clients sockets (default 1000) at --rate changes/s for --seconds against "
+                             "uvicorn on PostgreSQL (--database-url) and Redis (REDIS_URL)")
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--client-processes", type=int, default=2)
+    parser.add_argument("--writers", type=int, default=10,
+                        help="threads making the changes (jobs split between them)")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds to wait for the last frames")
+    parser.add_argument("--server-log", default="", help="--load: write the server's log to this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--load-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients-of", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--load-clients-of", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.load_clients_of:
+        url, origin, cookie, count, changes_max = args.load_clients_of
+        asyncio.run(LoadClients(url, origin, cookie, int(count), int(changes_max)).run())
+        return
+    if args.load_child:
+        load(args)
+        return
+    if args.load:
+        redis_url, database_url = os.environ.get("REDIS_URL", ""), args.database_url or os.environ.get(
+            "DATABASE_URL", "")
+        if not redis_url or not database_url.startswith("postgres"):
+            parser.error("--load needs REDIS_URL and a PostgreSQL --database-url (or DATABASE_URL) it may fill")
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "jobsite.settings", "PYTHONPATH": str(ROOT),
+               "DATABASE_URL": database_url, "REDIS_URL": redis_url, "DEBUG": "false", "LOG_LEVEL": "WARNING",
+               "JOBSITE_SCHEDULER_MODE": "inprocess", "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-" + "x" * 50),
+               # the writer threads, the publisher and the server's database thread each hold one
+               "JOBSITE_DB_POOL_MAX": str(args.writers + 8)}
+        clients = args.clients if "--clients" in sys.argv else 1000
+        command = [sys.executable, __file__, "--load-child", "--clients", str(clients), "--rate", str(args.rate),
+                   "--seconds", str(args.seconds), "--client-processes", str(args.client_processes),
+                   "--settle", str(args.settle), "--writers", str(args.writers), "--server-log", args.server_log]
+        subprocess.run(command, env=env, cwd=ROOT, check=True)
+        return
     if args.clients_of:
         url, origin, cookie, count = args.clients_of
         asyncio.run(ExtraClients(url, origin, cookie, int(count)).run())

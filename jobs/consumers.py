@@ -1,8 +1,16 @@
-"""WebSocket consumers: the live job stream, one job's detail (events and log tails) and utilisation pings.
+"""WebSocket consumers: the live job list, one job's detail, a group's queue, utilisation (HTML for htmx's ws
+extension) and the log viewer's stream.
 
 Authentication happens at the edge (``jobsite.asgi``: allowed hosts/origin, session); every consumer closes
-anonymous connections and checks permission before joining a channel group. Memberships are checked again
-every ``RECHECK_SECONDS``, so someone removed from a group stops hearing about it.
+anonymous connections and checks permission before it listens. Memberships are checked again every
+``RECHECK_SECONDS``, so someone removed from a group stops hearing about it.
+
+Sockets are not members of channel-layer groups: they listen at their process's hub (``jobs.realtime.Hub``), which
+hears each change once and hands every socket the rows of its groups, at most every ``realtime.FLUSH_SECONDS``.
+A consumer keeps the newest row per job until its previous frame is sent, so a burst of changes of one job ends
+in one frame with its last state. What it sends are htmx out-of-band swaps of fragments drawn from the templates
+of the pages themselves: ``<tr id="job-N" hx-swap-oob="true">`` (the row of ``jobs/_job_row.html``), inserts
+(``<tbody hx-swap-oob="afterbegin:#job-rows">``), deletes, the detail page's head, status and attempts.
 """
 
 from __future__ import annotations
@@ -10,29 +18,33 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
-import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.utils import timezone
-from django.utils.dateformat import format as date_format
+from django.http import QueryDict
+from django.template.loader import render_to_string
+from django.utils.dateparse import parse_datetime
+from django.utils.html import escape
 
 from . import logs, realtime, selectors
-from .models import Attempt, JobEvent, Membership
+from .choices import TERMINAL_PHASES
+from .models import Attempt, Job, JobEvent, Membership
 
 log = logging.getLogger(__name__)
 
 RECHECK_SECONDS = 60.0
-# A followed log is sent in pieces of at most this many bytes; a log growing faster is sent without pausing.
-LOG_CHUNK_BYTES = 256 * 1024
 MAX_FOLLOWED_LOGS = 16
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+# Pages redrawn whole (a group's queue, utilisation) are asked to refetch their block at most this often.
+REFRESH_SECONDS = 0.5
+# The list's query-string keys that are not filters.
+LIST_PAGE_KEYS = ("page", "since", "shown")
 
 
 def channel_groups_of(user_id: int) -> set[str] | None:
@@ -46,8 +58,22 @@ def channel_groups_of(user_id: int) -> set[str] | None:
     return {realtime.group_channel(gid) for gid in group_ids}
 
 
+def with_oob(html: str, swap: str = "true") -> str:
+    """``html`` (one element) with ``hx-swap-oob`` on its first tag: the page's fragment, swapped in by id."""
+    html = html.strip()
+    end = html.index(">")
+    if html[end - 1] == "/":
+        end -= 1
+    return f'{html[:end]} hx-swap-oob="{swap}"{html[end:]}'
+
+
 class _AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
-    """Closes anonymous sockets; joins ``channel_groups()`` and keeps them in step with the user's memberships."""
+    """Closes anonymous sockets; listens at the hub to ``channel_groups()`` and keeps them in step with the user's
+    memberships. What the hub hands over arrives in ``hub_push(items)`` (job id → ``{id, group_id, phase, row,
+    at}``), called on the event loop; the default hands each item to ``job_updated``."""
+
+    # Not on the channel layer itself: no layer channel per socket (the hub has one per process).
+    channel_layer_alias = "jobsite-sockets-use-the-hub"
 
     async def connect(self) -> None:
         self.joined: set[str] = set()
@@ -62,6 +88,7 @@ class _AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         realtime.register_consumer_loop()
+        self.hub = realtime.hub()
         await self._join(wanted)
         await self.accept()
         self.recheck_task = asyncio.create_task(self._recheck())
@@ -70,10 +97,7 @@ class _AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
         raise NotImplementedError
 
     async def _join(self, wanted: set[str]) -> None:
-        for name in sorted(wanted - self.joined):
-            await self.channel_layer.group_add(name, self.channel_name)
-        for name in sorted(self.joined - wanted):
-            await self.channel_layer.group_discard(name, self.channel_name)
+        await self.hub.set_groups(self, wanted)
         self.joined = set(wanted)
 
     async def _recheck(self) -> None:
@@ -92,104 +116,248 @@ class _AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "recheck_task", None):
             self.recheck_task.cancel()
-        for name in getattr(self, "joined", ()):
-            await self.channel_layer.group_discard(name, self.channel_name)
+        if getattr(self, "hub", None) is not None:
+            await self.hub.leave(self)
         self.joined = set()
 
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        # Channels closes stale database connections before every handler, a hop to the one database thread per
-        # message and socket: a change fanned out to N sockets would queue N hops. The channel-layer handlers here
-        # touch the database only through database_sync_to_async, which does that itself.
-        if message.get("type") in ("job.updated", "utilisation.changed"):
-            await getattr(self, get_handler_name(message))(message)
-            return
-        await super().dispatch(message)
+    def hub_push(self, items: dict[int, dict[str, Any]]) -> None:
+        for item in items.values():
+            asyncio.ensure_future(self.job_updated({"type": "job.updated", **item}))
+
+    async def job_updated(self, message: dict[str, Any]) -> None:
+        pass
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         pass  # the stream is one-way
 
+    async def send_html(self, html: str) -> None:
+        await self.send(text_data=html)
 
-class JobsConsumer(_AuthenticatedConsumer):
-    """``ws/jobs/``: one ``job.updated`` message per change of a job the user may see."""
+
+class _CoalescingConsumer(_AuthenticatedConsumer):
+    """Keeps the newest item per job until its previous frame is out, then sends what ``frame(items)`` makes of
+    them as one frame."""
+
+    async def connect(self) -> None:
+        self.buffer: dict[int, dict[str, Any]] = {}
+        self.sending: asyncio.Task | None = None
+        self.caught_up = asyncio.Event()  # frames wait for what the socket sends first
+        await super().connect()
+        if self.joined:
+            for html in await self.catch_up():
+                if html:
+                    await self.send_html(html)
+        self.caught_up.set()
+
+    async def catch_up(self) -> list[str]:
+        """What the page missed between being drawn and its socket opening (frames, as ``frame``)."""
+        return []
+
+    def hub_push(self, items: dict[int, dict[str, Any]]) -> None:
+        for job_id, item in items.items():
+            old = self.buffer.get(job_id)
+            if old is None or item["at"] >= old["at"]:
+                self.buffer[job_id] = item
+        if self.sending is None:
+            self.sending = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self.caught_up.wait()
+            while self.buffer:
+                items, self.buffer = self.buffer, {}
+                for html in await self.frame(items):
+                    if html:
+                        await self.send_html(html)
+        except Exception as exc:
+            if type(exc).__name__ in ("ConnectionClosed", "ConnectionClosedOK", "ConnectionClosedError",
+                                      "InvalidState", "ClientDisconnected"):
+                log.debug("live updates: a socket went away while being sent to")
+            else:
+                log.exception("live updates: could not send to a socket")
+        finally:
+            self.sending = None
+
+    async def frame(self, items: dict[int, dict[str, Any]]) -> list[str]:
+        """The frames that bring the page up to date. Table parts travel apart: a fragment is parsed as one piece
+        of HTML, in which top-level rows and ``<tbody>`` wrappers do not mix with each other or with other
+        elements (the parser would drop or re-wrap them)."""
+        raise NotImplementedError
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "sending", None):
+            self.sending.cancel()
+        await super().disconnect(code)
+
+
+class JobsConsumer(_CoalescingConsumer):
+    """``ws/jobs/?<the list page's query string>&shown=<ids>&since=<when the page was drawn>``: the job list.
+
+    Rows of the page change in place; a job that no longer matches the filters (e.g. ``phase=RUNNING`` after it
+    ended) is removed; a job that comes to match on the first page is inserted where the order (newest first) puts
+    it; elsewhere a "N new jobs — show" notice counts them. On (re)connect, rows that changed since the page was
+    drawn are sent once."""
+
+    async def connect(self) -> None:
+        query = QueryDict(self.scope.get("query_string", b"").decode("latin-1"), mutable=True)
+        page = query.get("page", "")
+        self.page = int(page) if page.isdigit() and int(page) > 0 else 1
+        shown = query.get("shown")
+        self.client_shown = None if shown is None else {int(i) for i in shown.split(",") if i.isdigit()}
+        self.since = parse_datetime(query.get("since", "")) if query.get("since") else None
+        for key in LIST_PAGE_KEYS:
+            query.pop(key, None)
+        self.params = query.urlencode()
+        self.filtered = any(v for v in query.values())
+        self.first_page_url = "/" + (f"?{self.params}" if self.params else "")
+        self.shown: set[int] = set()
+        self.new_count = 0
+        await super().connect()
+
+    async def catch_up(self) -> list[str]:
+        return [await database_sync_to_async(self._catch_up)()]
 
     async def channel_groups(self) -> set[str] | None:
         return await database_sync_to_async(channel_groups_of)(self.user_id)
 
-    async def job_updated(self, message: dict[str, Any]) -> None:
-        await self.send_json(message)
+    def _catch_up(self) -> str:
+        """What changed between drawing the page and this (re)connect: the page's rows again, if any changed."""
+        from .views import PAGE_SIZE
+
+        self.page_size = PAGE_SIZE
+        user = get_user_model().objects.get(pk=self.user_id)
+        jobs, _ = selectors.job_list(user, QueryDict(self.params))  # the page's query
+        start = (self.page - 1) * PAGE_SIZE
+        rows = selectors.with_queue_positions(jobs[start:start + PAGE_SIZE])
+        self.shown = {job.pk for job in rows}
+        if self.client_shown is None:
+            return ""  # not a page (a script): from now on
+        # The page was drawn a little before its socket opened: a change committed meanwhile is sent again.
+        since = self.since and self.since - timedelta(seconds=2)
+        changed = since is not None and any(job.updated_at and job.updated_at >= since for job in rows)
+        if self.shown == self.client_shown and not changed:
+            return ""
+        if not rows and self.client_shown:
+            return "".join(f'<tr id="job-{i}" hx-swap-oob="delete"></tr>' for i in sorted(self.client_shown))
+        body = "".join(render_to_string("jobs/_job_row.html", {"job": job}) for job in rows)
+        return f'<tbody id="job-rows" hx-swap-oob="true">{body}</tbody>'
+
+    def _notice(self) -> str:
+        noun = "job" if self.new_count == 1 else "jobs"
+        return (f'<p id="new-jobs" class="new-jobs" role="status" hx-swap-oob="true">'
+                f'<a href="{escape(self.first_page_url)}">{self.new_count} new {noun} — show</a></p>')
+
+    async def frame(self, items: dict[int, dict[str, Any]]) -> list[str]:
+        matched = await self.hub.matching(self.params, frozenset(items)) if self.filtered else None
+        return self.list_update(items, matched)
+
+    def list_update(self, items: dict[int, dict[str, Any]], matched: set[int] | None) -> list[str]:
+        """The swaps that bring this page up to date with ``items``: pure string work, no rendering. Frames: rows
+        replaced or deleted, rows inserted, the notice."""
+        pieces: list[str] = []
+        inserts: list[str] = []
+        size = getattr(self, "page_size", 50)
+        notice = self.new_count
+        for job_id in sorted(items):
+            item = items[job_id]
+            matches = matched is None or job_id in matched
+            if job_id in self.shown:
+                if matches:
+                    pieces.append(with_oob(item["row"]))
+                else:
+                    self.shown.discard(job_id)
+                    pieces.append(f'<tr id="job-{job_id}" hx-swap-oob="delete"></tr>')
+                continue
+            if not matches:
+                continue
+            if self.page != 1 and job_id > max(self.shown, default=0):
+                self.new_count += 1
+                continue
+            if self.shown and job_id < min(self.shown) and len(self.shown) >= size:
+                continue  # its place is on a later page
+            above = [i for i in self.shown if i > job_id]
+            where = f"afterend:#job-{min(above)}" if above else "afterbegin:#job-rows"
+            inserts.append(f'<tbody hx-swap-oob="{where}">{item["row"]}</tbody>')
+            self.shown.add(job_id)
+            if len(self.shown) > size:
+                last = min(self.shown)
+                self.shown.discard(last)
+                pieces.append(f'<tr id="job-{last}" hx-swap-oob="delete"></tr>')
+        return ["".join(pieces), "".join(inserts), self._notice() if self.new_count != notice else ""]
 
 
-class UtilisationConsumer(_AuthenticatedConsumer):
-    """``ws/utilisation/``: a ``utilisation.changed`` ping (no job data) at most every half second."""
+class QueueConsumer(_AuthenticatedConsumer):
+    """``ws/groups/<name>/queue/``: a change of a job of the group asks the page to refetch its block (quota bars,
+    usage and the waiting jobs are drawn together by ``jobs/_queue_live.html``), at most every REFRESH_SECONDS."""
 
-    PING_SECONDS = 0.5
+    async def connect(self) -> None:
+        self.group_name = self.scope["url_route"]["kwargs"]["name"]
+        self.refresh_due = False
+        await super().connect()
+
+    async def channel_groups(self) -> set[str] | None:
+        return await database_sync_to_async(self._groups)()
+
+    def _groups(self) -> set[str] | None:
+        user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
+        group = user and selectors.groups_of(user).filter(name=self.group_name).first()
+        return {realtime.group_channel(group.pk)} if group else None
+
+    def hub_push(self, items: dict[int, dict[str, Any]]) -> None:
+        if not self.refresh_due:
+            self.refresh_due = True
+            self.refresh_task = asyncio.ensure_future(self._refresh_later())
+
+    async def _refresh_later(self) -> None:
+        await asyncio.sleep(REFRESH_SECONDS)
+        self.refresh_due = False
+        await self.send_html(refresh_trigger(self.refresh_url(), self.target))
+
+    target = "#queue-live"
+
+    def refresh_url(self) -> str:
+        from django.urls import reverse
+
+        query = self.scope.get("query_string", b"").decode("latin-1")
+        return reverse("jobs:queue", args=[self.group_name]) + (f"?{query}" if query else "")
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "refresh_task", None):
+            self.refresh_task.cancel()
+        await super().disconnect(code)
+
+
+def refresh_trigger(url: str, target: str) -> str:
+    """An element that makes htmx fetch ``url`` (a real htmx request) and swap its ``target`` block in place."""
+    url, target = escape(url), escape(target)
+    return (f'<div id="live-refresh" hx-swap-oob="true" hidden hx-get="{url}" hx-trigger="load" '
+            f'hx-target="{target}" hx-select="{target}" hx-swap="outerHTML"></div>')
+
+
+class UtilisationConsumer(QueueConsumer):
+    """``ws/utilisation/``: any change asks the page to refetch its block, at most every REFRESH_SECONDS."""
+
+    target = "#util-live"
+
+    async def connect(self) -> None:
+        self.refresh_due = False
+        await _AuthenticatedConsumer.connect(self)
 
     async def channel_groups(self) -> set[str] | None:
         groups = await database_sync_to_async(channel_groups_of)(self.user_id)
         return None if groups is None else {realtime.UTILISATION}
 
-    async def connect(self) -> None:
-        self.ping_due = False
-        await super().connect()
+    def refresh_url(self) -> str:
+        from django.urls import reverse
 
-    async def utilisation_changed(self, message: dict[str, Any]) -> None:
-        if not self.ping_due:
-            self.ping_due = True
-            self.ping_task = asyncio.create_task(self._ping_later())
-
-    async def _ping_later(self) -> None:
-        await asyncio.sleep(self.PING_SECONDS)
-        self.ping_due = False
-        await self.send_json({"type": "utilisation.changed"})
-
-    async def disconnect(self, code: int) -> None:
-        if getattr(self, "ping_task", None):
-            self.ping_task.cancel()
-        await super().disconnect(code)
+        return reverse("jobs:utilisation")
 
 
-def event_message(event: JobEvent) -> dict[str, Any]:
-    local = timezone.localtime(event.time)
-    return {
-        "type": "event.created",
-        "job": event.job_id,
-        "id": event.pk,
-        "time": event.time.isoformat(),
-        "time_display": date_format(local, "Y-m-d H:i:s"),
-        "event_type": event.type,
-        "reason": event.reason,
-        "message": event.message,
-        "attempt": event.attempt.number if event.attempt_id else None,
-    }
+class _OneJobMixin:
+    """Sockets of one job's page (``self.job_id``): for those who may see the job, on its channel only."""
 
-
-def read_log_bytes(path: Path, offset: int, limit: int) -> tuple[bytes, int | None]:
-    """Up to ``limit`` bytes of the file from ``offset``, and the file's size (None if it does not exist)."""
-    try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if offset >= size:
-                return b"", size
-            f.seek(offset)
-            return f.read(min(limit, size - offset)), size
-    except (FileNotFoundError, NotADirectoryError):
-        return b"", None
-
-
-class JobDetailConsumer(JobsConsumer):
-    """``ws/jobs/<id>/``: that job's ``job.updated``, its new events (``event.created``) and the lines appended to
-    the replica logs the page follows (``log.appended``).
-
-    Client messages: ``{"type": "events.since", "after": <event id>}`` (catch up, then stream new events),
-    ``{"type": "log.follow", "attempt": n, "rank": r, "offset": <bytes>}`` and ``{"type": "log.unfollow", ...}``.
-    """
-
-    async def connect(self) -> None:
-        self.job_id = int(self.scope["url_route"]["kwargs"]["pk"])
-        self.last_event: int | None = None
-        self.tails: dict[tuple[int, int], asyncio.Task] = {}
-        self.events_lock = asyncio.Lock()
-        await super().connect()
+    job_id: int
+    user_id: int
 
     async def channel_groups(self) -> set[str] | None:
         visible = await database_sync_to_async(self._visible)()
@@ -199,29 +367,119 @@ class JobDetailConsumer(JobsConsumer):
         user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
         return user is not None and selectors.jobs_visible_to(user).filter(pk=self.job_id).exists()
 
+
+class JobDetailConsumer(_OneJobMixin, _CoalescingConsumer):
+    """``ws/jobs/<id>/?after=<the last event id shown>`` (the page's script adds it): the detail page. When the
+    job changes, its head, status and attempts are drawn again from the page's templates (for this user: the
+    actions offered depend on who looks), new events are appended as rows of ``jobs/_event_row.html`` and the
+    viewers of new replica logs are inserted (empty: they follow from the start of the file; their bytes come
+    over ``ws/jobs/<id>/logs/``)."""
+
+    async def connect(self) -> None:
+        self.job_id = int(self.scope["url_route"]["kwargs"]["pk"])
+        query = QueryDict(self.scope.get("query_string", b"").decode("latin-1"))
+        after = query.get("after", "")
+        self.last_event = int(after) if after.isdigit() else None
+        self.viewers: set[str] | None = None
+        self.failed: set[str] = set()
+        await super().connect()
+
+    async def catch_up(self) -> list[str]:
+        return await database_sync_to_async(self._draw)(True)
+
+    async def frame(self, items: dict[int, dict[str, Any]]) -> list[str]:
+        return await database_sync_to_async(self._draw)(False)
+
+    def _draw(self, connecting: bool) -> list[str]:
+        """The head, status and attempts (unless just connected: the page has them), the events after the last one
+        sent and the viewers of logs the page does not have."""
+        from .views import detail_context
+
+        user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
+        job = user and selectors.jobs_visible_to(user).filter(pk=self.job_id).first()
+        if job is None:
+            return []
+        context = detail_context(user, job, read_logs=False)
+        pieces = []
+        if not connecting:
+            for template in ("jobs/_detail_head.html", "jobs/_detail_status.html", "jobs/_detail_attempts.html"):
+                pieces.append(with_oob(render_to_string(template, context)))
+        viewers = [r for _, replicas in context["logs"] for r in replicas]
+        names = {f"{r.attempt}-{r.rank}" for r in viewers}
+        failed = {f"{r.attempt}-{r.rank}" for r in viewers if r.failed}
+        if self.viewers is None:
+            self.viewers, self.failed = names, failed  # the page was drawn with these
+        # A replica the page shows turned out to be the first of its attempt to fail: its mark (the page's script
+        # then unfolds it; the viewer itself, with the lines it holds, stays).
+        for r in viewers:
+            name = f"{r.attempt}-{r.rank}"
+            if name in failed - self.failed and name in self.viewers:
+                pieces.append(with_oob(render_to_string("jobs/_log_failed_mark.html", {"r": r})))
+        self.failed |= failed
+        if self.last_event is None:  # not told which events the page shows: those from now on
+            self.last_event = JobEvent.objects.filter(job_id=self.job_id).order_by("-id").values_list(
+                "id", flat=True).first() or 0
+        else:
+            new = [r for r in viewers if f"{r.attempt}-{r.rank}" not in self.viewers]
+            if new:
+                html = "".join(render_to_string("jobs/_log_viewer.html", {**context, "r": r}) for r in new)
+                pieces.append(f'<div hx-swap-oob="afterbegin:#logs-list">{html}</div>')
+                self.viewers |= names
+        frames = ["".join(pieces)]
+        events = list(JobEvent.objects.filter(job_id=self.job_id, pk__gt=self.last_event)
+                      .select_related("attempt").order_by("id")[:500])
+        if events:
+            rows = "".join(render_to_string("jobs/_event_row.html", {"event": e}) for e in events)
+            if self.last_event == 0:
+                frames.append('<tr id="no-events" hx-swap-oob="delete"></tr>')
+            frames.append(f'<tbody hx-swap-oob="beforeend:#events tbody">{rows}</tbody>')
+            self.last_event = events[-1].pk
+        return frames
+
+
+# --- the live log viewer (static/js/logview.js) -------------------------------------------------------------
+
+
+class JobLogConsumer(_OneJobMixin, _AuthenticatedConsumer):
+    """``ws/jobs/<id>/logs/``: the replica logs of one job that the page's viewers follow, at whatever rate they
+    grow, and the job's phase (``job.phase``: a viewer stops following once the job has ended).
+
+    Client messages: ``{"type": "log.follow", "attempt": n, "rank": r, "offset": <bytes>}``, ``log.unfollow``
+    (same keys) and ``{"type": "log.ack", "attempt": n, "rank": r, "end": <bytes>}`` once a piece is shown. One
+    piece per log is in flight until acknowledged; a reader then more than ``logs.FOLLOW_WINDOW_BYTES`` behind
+    gets ``log.skipped`` ``{from, to}`` and only the last window (it fetches skipped bytes by range if wanted), so a
+    log written at any rate is shown up to its newest line.
+    Server messages: ``log.appended`` ``{offset, end, size, text}``, ``log.skipped``, ``log.reset``, ``log.error``.
+    """
+
+    async def connect(self) -> None:
+        self.job_id = int(self.scope["url_route"]["kwargs"]["pk"])
+        self.tails: dict[tuple[int, int], asyncio.Task] = {}
+        self.acked: dict[tuple[int, int], int] = {}
+        self.ack_events: dict[tuple[int, int], asyncio.Event] = {}
+        self.phase: str | None = None
+        await super().connect()
+        if self.joined:
+            phase = await database_sync_to_async(self._phase)()
+            if phase:
+                await self._send_phase(phase)
+
+    def _phase(self) -> str | None:
+        return Job.objects.filter(pk=self.job_id).values_list("phase", flat=True).first()
+
+    async def _send_phase(self, phase: str) -> None:
+        if phase != self.phase:
+            self.phase = phase
+            await self.send_json({"type": "job.phase", "phase": phase, "finished": phase in TERMINAL_PHASES})
+
+    async def job_updated(self, message: dict[str, Any]) -> None:
+        if message.get("id") == self.job_id and message.get("phase"):
+            await self._send_phase(message["phase"])
+
     async def disconnect(self, code: int) -> None:
         for task in getattr(self, "tails", {}).values():
             task.cancel()
         await super().disconnect(code)
-
-    async def job_updated(self, message: dict[str, Any]) -> None:
-        await self.send_json(message)
-        if self.last_event is not None:
-            await self._send_events()
-
-    # events
-
-    def _events_after(self, after: int) -> list[dict[str, Any]]:
-        events = JobEvent.objects.filter(job_id=self.job_id, pk__gt=after).select_related("attempt").order_by("id")
-        return [event_message(e) for e in events[:500]]
-
-    async def _send_events(self) -> None:
-        async with self.events_lock:  # two updates in a row must not send an event twice
-            for message in await database_sync_to_async(self._events_after)(self.last_event or 0):
-                await self.send_json(message)
-                self.last_event = message["id"]
-
-    # logs
 
     def _log_path(self, number: int, rank: int) -> Path | None:
         attempt = Attempt.objects.filter(job_id=self.job_id, number=number).first()
@@ -229,44 +487,65 @@ class JobDetailConsumer(JobsConsumer):
             return None
         return logs.log_path(attempt, rank)
 
+    async def _acknowledged(self, key: tuple[int, int], end: int) -> None:
+        event = self.ack_events.setdefault(key, asyncio.Event())
+        while self.acked.get(key, -1) < end:
+            event.clear()
+            await event.wait()
+
     async def _follow(self, number: int, rank: int, offset: int) -> None:
+        key = (number, rank)
+        fields = {"attempt": number, "rank": rank}
         path = await database_sync_to_async(self._log_path)(number, rank)
-        key = {"attempt": number, "rank": rank}
         if path is None:
-            await self.send_json({"type": "log.error", **key, "message": "No such replica."})
+            await self.send_json({"type": "log.error", **fields, "message": "No such replica."})
             return
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         interval = settings.JOBSITE_LOG_FOLLOW_INTERVAL
+        seen: int | None = None  # the size at the step before
         while True:
-            data, size = await asyncio.to_thread(read_log_bytes, path, offset, LOG_CHUNK_BYTES)
-            if size is not None and size < offset:  # truncated or replaced: start over
+            # A line still being written waits for its end, unless the log has stopped growing there.
+            step = await asyncio.to_thread(logs.follow_step, path, offset, whole_lines=True)
+            if not step.data and step.size is not None and step.size > step.start and step.size == seen:
+                step = await asyncio.to_thread(logs.follow_step, path, offset)
+            seen = step.size
+            if step.size is not None and step.size < offset:  # truncated or replaced: start over
                 offset = 0
                 decoder.reset()
-                await self.send_json({"type": "log.reset", **key, "offset": 0})
+                await self.send_json({"type": "log.reset", **fields, "offset": 0})
                 continue
-            if data:
-                text = decoder.decode(data)
-                await self.send_json({"type": "log.appended", **key, "offset": offset, "end": offset + len(data),
-                                      "text": text})
-                offset += len(data)
-                if len(data) == LOG_CHUNK_BYTES:
-                    continue
-            await asyncio.sleep(interval)
+            if step.skipped_from is not None:
+                decoder.reset()
+                await self.send_json({"type": "log.skipped", **fields, "from": step.skipped_from, "to": step.start,
+                                      "size": step.size})
+                offset = step.start
+            if not step.data:
+                await asyncio.sleep(interval)
+                continue
+            await self.send_json({"type": "log.appended", **fields, "offset": step.start, "end": step.end,
+                                  "size": step.size, "text": decoder.decode(step.data)})
+            offset = step.end
+            await self._acknowledged(key, offset)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict):
             return
         kind = content.get("type")
-        if kind == "events.since":
-            after = content.get("after")
-            self.last_event = after if isinstance(after, int) and after >= 0 else 0
-            await self._send_events()
-        elif kind in ("log.follow", "log.unfollow"):
-            number, rank, offset = content.get("attempt"), content.get("rank"), content.get("offset", 0)
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (number, rank, offset)):
-                return
-            task = self.tails.pop((number, rank), None)
-            if task:
-                task.cancel()
-            if kind == "log.follow" and len(self.tails) < MAX_FOLLOWED_LOGS:
-                self.tails[(number, rank)] = asyncio.create_task(self._follow(number, rank, offset))
+        if kind not in ("log.follow", "log.unfollow", "log.ack"):
+            return
+        number, rank = content.get("attempt"), content.get("rank")
+        position = content.get("end" if kind == "log.ack" else "offset", 0)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (number, rank, position)):
+            return
+        key = (number, rank)
+        if kind == "log.ack":
+            self.acked[key] = max(self.acked.get(key, -1), position)
+            if key in self.ack_events:
+                self.ack_events[key].set()
+            return
+        task = self.tails.pop(key, None)
+        if task:
+            task.cancel()
+        self.acked.pop(key, None)
+        if kind == "log.follow" and len(self.tails) < MAX_FOLLOWED_LOGS:
+            self.tails[key] = asyncio.create_task(self._follow(number, rank, position))

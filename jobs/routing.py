@@ -7,5 +7,7 @@ from . import consumers
 websocket_urlpatterns = [
     path("ws/jobs/", consumers.JobsConsumer.as_asgi()),
     path("ws/jobs/<int:pk>/", consumers.JobDetailConsumer.as_asgi()),
+    path("ws/jobs/<int:pk>/logs/", consumers.JobLogConsumer.as_asgi()),
+    path("ws/groups/<slug:name>/queue/", consumers.QueueConsumer.as_asgi()),
     path("ws/utilisation/", consumers.UtilisationConsumer.as_asgi()),
 ]

@@ -38,7 +38,8 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-.venv/bin/uvicorn jobsite.asgi:application --host 127.0.0.1 --port "$PORT" --no-access-log & pids+=($!)
+.venv/bin/uvicorn jobsite.asgi:application --host 127.0.0.1 --port "$PORT" --no-access-log \
+    --ws-per-message-deflate false & pids+=($!)
 "$VENV_PY" manage.py runscheduler & pids+=($!)
 .venv/bin/celery -A jobsite worker --beat --loglevel INFO --concurrency 2 --without-gossip --without-mingle \
     --schedule "$JOBSITE_VAR_DIR/celerybeat-schedule" & pids+=($!)

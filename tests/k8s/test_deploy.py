@@ -432,6 +432,9 @@ def test_web_scheduler_and_worker_have_probes(target):
 
     [web] = pod_spec(ds["web"])["containers"]
     assert web["command"][:2] == ["uvicorn", "jobsite.asgi:application"]
+    # Live pages push small HTML fragments to many sockets: compressing each frame per socket costs the web's CPU
+    # (bench/live_latency.py --load: p50 2.8 s with it, 1.0 s without), the bytes saved do not matter.
+    assert web["command"][-2:] == ["--ws-per-message-deflate", "false"]
     ports = {p["name"]: p["containerPort"] for p in web["ports"]}
     for probe in (web["readinessProbe"], web["livenessProbe"]):
         assert probe["httpGet"]["path"] == "/healthz" and probe["httpGet"]["port"] in ports

@@ -19,12 +19,12 @@ pytestmark = pytest.mark.usefixtures("k8s")
 def pages(job) -> list[str]:
     a = job.current_attempt
     return [
-        "/", "/jobs/rows/", f"/jobs/{job.pk}/", "/jobs/new/", "/groups/phusers/queue/", "/utilisation/", "/usage/",
+        "/", f"/jobs/{job.pk}/", "/jobs/new/", "/groups/phusers/queue/", "/utilisation/", "/usage/",
         f"/jobs/{job.pk}/attempts/{a.number}/replicas/0/log",
-        f"/jobs/{job.pk}/attempts/{a.number}/replicas/0/log/range",
         "/api/v1/jobs/", f"/api/v1/jobs/{job.pk}/", f"/api/v1/jobs/{job.pk}/events/",
         f"/api/v1/jobs/{job.pk}/attempts/",
-        f"/api/v1/jobs/{job.pk}/logs/?replica=0", "/api/v1/groups/", "/api/v1/groups/phusers/queue/",
+        f"/api/v1/jobs/{job.pk}/logs/?replica=0", f"/api/v1/jobs/{job.pk}/logs/search/?q=hello",
+        f"/api/v1/jobs/{job.pk}/logs/raw/", "/api/v1/groups/", "/api/v1/groups/phusers/queue/",
         "/api/v1/utilisation/", "/api/v1/usage/", "/metrics", "/healthz",
         "/admin/", "/admin/jobs/job/", f"/admin/jobs/job/{job.pk}/change/", "/admin/jobs/group/",
     ]

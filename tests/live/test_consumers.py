@@ -1,44 +1,57 @@
-"""The WebSocket consumers: authentication at the edge, permission filtering, message shape, detail streams."""
+"""The WebSocket consumers: authentication at the edge, permission filtering, the HTML they send (fragments of the
+pages' own templates as htmx out-of-band swaps), filters, coalescing and the one-receiver-per-process fan-out."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.test import Client
+from django.urls import reverse
 
-from jobs import services
+from jobs import realtime, services
 from jobs.choices import Phase
-from jobs.models import Job
+from jobs.models import Attempt, Job
 
 from .conftest import admitted, pending
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-JOB_UPDATED_KEYS = {
-    "type", "id", "phase", "status", "color", "color_name", "reason", "message", "queue_position", "updated_at",
-    "group", "user", "name", "over_quota", "exit_code", "started_at", "finished_at", "created_at", "admitted_at",
-    "phase_label", "instance_type", "replicas", "gpu", "job_type", "attempt", "estimated_start", "estimate_basis",
-    "estimate",
-}
 
 
 def db(fn, *args, **kwargs):
     return database_sync_to_async(fn)(*args, **kwargs)
 
 
-async def next_for(communicator, job_id: int, timeout: float = 3) -> dict:
-    """The next job.updated message about ``job_id`` (skipping others)."""
+async def frames_until(communicator, predicate, timeout: float = 5) -> list[str]:
+    """Frames received until one satisfies ``predicate`` (that one last)."""
+    got = []
     while True:
-        message = await communicator.receive_json_from(timeout=timeout)
-        if message.get("id") == job_id and message["type"] == "job.updated":
-            return message
+        got.append(await communicator.receive_from(timeout=timeout))
+        if predicate(got[-1]):
+            return got
+
+
+def row_of(html: str, job_id: int) -> str | None:
+    match = re.search(rf'<tr id="job-{job_id}"[^>]*>.*?</tr>', html, re.S)
+    return match.group(0) if match else None
+
+
+def page_row(username: str, world, job_id: int, query: str = "") -> str | None:
+    client = Client()
+    client.force_login(world.users[username])
+    return row_of(client.get(reverse("jobs:list") + query).content.decode(), job_id)
+
+
+def without_oob(html: str) -> str:
+    return html.replace(' hx-swap-oob="true"', "")
 
 
 async def test_anonymous_connections_are_closed(ws, world, submit):
     job = await db(submit, "bob")
-    for path in ("/ws/jobs/", f"/ws/jobs/{job.pk}/", "/ws/utilisation/"):
+    for path in ("/ws/jobs/", f"/ws/jobs/{job.pk}/", "/ws/utilisation/", "/ws/groups/phusers/queue/"):
         _, connected = await ws(path)
         assert connected is False, path
 
@@ -48,36 +61,22 @@ async def test_foreign_origin_is_refused(ws, world):
     assert connected is False
 
 
-async def test_member_receives_job_updated_after_commit(ws, world, submit):
+async def test_a_status_change_arrives_as_the_row_of_the_page_after_commit(ws, world, submit):
+    job = await db(submit, "pan", "gpu-1", name="watched")
     bob, _ = await ws("/ws/jobs/", world.users["bob"])
-    pan, _ = await ws("/ws/jobs/", world.users["pan"])
-
-    job = await db(submit, "pan", "gpu-1", name="watched")  # a new job: the list shows it
-    created = await next_for(bob, job.pk)
-    assert (created["phase"], created["status"], created["color_name"]) == ("SUBMITTED", "Submitted", "orange")
-    await next_for(pan, job.pk)
 
     def transition_in_a_transaction():
         with transaction.atomic():
             services.job_transition(job=Job.objects.get(pk=job.pk), phase=Phase.PENDING, reason="GroupQuota",
                                     message="#2 in phusers, waiting for group GPU quota 4/4", queue_position=2)
-            # Nothing is sent while the transaction is open.
-            assert not hasattr(transition_in_a_transaction, "sent")
 
     await db(transition_in_a_transaction)
-    message = await next_for(bob, job.pk)
-    assert set(message) == JOB_UPDATED_KEYS
-    assert message["type"] == "job.updated"
-    assert message["id"] == job.pk and message["name"] == "watched"
-    assert (message["group"], message["user"]) == ("phusers", "pan")
-    assert (message["phase"], message["status"], message["reason"]) == ("PENDING", "Pending", "GroupQuota")
-    assert (message["color"], message["color_name"]) == ("#fd8608", "orange")
-    assert message["queue_position"] == 2
-    assert message["message"] == "#2 in phusers, waiting for group GPU quota 4/4"
-    assert message["over_quota"] is False and message["exit_code"] is None
-    assert message["started_at"] is None and message["finished_at"] is None
-    assert message["updated_at"].startswith(str(job.created_at.year))
-    assert (await next_for(pan, job.pk))["phase"] == "PENDING"
+    frame = await bob.receive_from(timeout=5)
+    row = row_of(frame, job.pk)
+    assert row and 'hx-swap-oob="true"' in row
+    assert ">Pending</span>" in row and "GroupQuota" in row and "#2 in phusers" in row
+    # The very row the list page draws on a first load (the same template), swapped in by its id.
+    assert without_oob(row) == await db(page_row, "bob", world, job.pk)
 
 
 async def test_rolled_back_transition_sends_nothing(ws, world, submit):
@@ -96,49 +95,118 @@ async def test_rolled_back_transition_sends_nothing(ws, world, submit):
     assert await bob.receive_nothing(timeout=0.3)
 
 
-async def test_non_member_receives_nothing_superuser_everything(ws, world, submit):
+async def test_non_member_hears_nothing_superuser_everything(ws, world, submit):
+    job = await db(submit, "bob", "gpu-1")
     eve, connected = await ws("/ws/jobs/", world.users["eve"])
     assert connected
     admin, _ = await ws("/ws/jobs/", world.users["admin"])
-
-    job = await db(submit, "bob", "gpu-1")
-    await db(pending, job)
-    await db(admitted, job)
     await db(lambda: services.job_cancel(job=Job.objects.get(pk=job.pk), by=world.users["bob"]))
-
-    phases = []
-    while len(phases) < 5:
-        phases.append((await next_for(admin, job.pk))["phase"])
-    assert phases[0] == "SUBMITTED" and "PREPARING" in phases and phases[-1] == "TERMINATING"
+    frames = await frames_until(admin, lambda f: ">Cancelled</span>" in f)
+    assert row_of(frames[-1], job.pk)
     assert await eve.receive_nothing(timeout=0.5)
 
 
-async def test_eve_hears_about_her_own_group_only(ws, world, submit):
-    eve, _ = await ws("/ws/jobs/", world.users["eve"])
-    await db(submit, "bob")
-    own = await db(submit, "eve", group="other")
-    message = await eve.receive_json_from(timeout=3)
-    assert (message["id"], message["group"]) == (own.pk, "other")
-    assert await eve.receive_nothing(timeout=0.3)
+async def test_a_new_job_is_inserted_at_the_top_of_the_first_page(ws, world, submit):
+    older = await db(submit, "bob", name="older")
+    bob, _ = await ws(f"/ws/jobs/?shown={older.pk}", world.users["bob"])
+    new = await db(submit, "pan", name="brand-new")
+    frame = await bob.receive_from(timeout=5)
+    assert frame.startswith(f'<tbody hx-swap-oob="afterbegin:#job-rows"><tr id="job-{new.pk}"')
+    assert "brand-new" in frame
 
 
-async def test_queue_info_update_sends_one_message_per_job(ws, world, submit):
-    jobs = [await db(submit, "bob") for _ in range(3)]
-    for job in jobs:
-        await db(pending, job, 5)
+async def test_filter_is_respected_an_ended_job_leaves_a_running_list(ws, world, submit):
+    running, _ = await db(admitted, await db(submit, "bob", name="runs"))
+    await db(lambda: services.job_transition(job=Job.objects.get(pk=running.pk), phase=Phase.RUNNING))
+    other = await db(submit, "bob", name="waits")
+    lister, _ = await ws(f"/ws/jobs/?phase=RUNNING&shown={running.pk}", world.users["bob"])
+
+    await db(pending, other)  # not RUNNING, not shown: nothing for this page
+    assert await lister.receive_nothing(timeout=0.5)
+    await db(lambda: services.job_transition(job=Job.objects.get(pk=running.pk), phase=Phase.SUCCEEDED,
+                                             reason="Completed", exit_code=0))
+    frame = await lister.receive_from(timeout=5)
+    assert frame == f'<tr id="job-{running.pk}" hx-swap-oob="delete"></tr>'
+    # The unfiltered list keeps it, as Succeeded.
+    assert ">Succeeded</span>" in (await db(page_row, "bob", world, running.pk))
+
+
+async def test_a_job_that_comes_to_match_is_inserted_in_order(ws, world, submit):
+    first, _ = await db(admitted, await db(submit, "bob", name="first"))
+    middle = await db(submit, "bob", name="middle")
+    last, _ = await db(admitted, await db(submit, "bob", name="last"))
+    for job in (first, last):
+        await db(lambda j=job: services.job_transition(job=Job.objects.get(pk=j.pk), phase=Phase.RUNNING))
+    lister, _ = await ws(f"/ws/jobs/?phase=RUNNING&shown={last.pk},{first.pk}", world.users["bob"])
+    await db(admitted, middle)
+    await db(lambda: services.job_transition(job=Job.objects.get(pk=middle.pk), phase=Phase.RUNNING))
+    frames = await frames_until(lister, lambda f: "afterend" in f)
+    assert frames[-1].startswith(f'<tbody hx-swap-oob="afterend:#job-{last.pk}"><tr id="job-{middle.pk}"')
+
+
+async def test_a_burst_of_changes_of_one_job_ends_in_its_last_state_in_fewer_frames(ws, world, submit):
+    job, _ = await db(admitted, await db(submit, "bob", name="flapping"))
+    await db(lambda: services.job_transition(job=Job.objects.get(pk=job.pk), phase=Phase.RUNNING))
     bob, _ = await ws("/ws/jobs/", world.users["bob"])
+    changes = 40
 
-    def refresh():
-        with transaction.atomic():
-            services.job_queue_info_update({jobs[0].pk: ("#1 now", 1), jobs[2].pk: ("#2 now", 2)})
+    def burst():
+        for i in range(changes):
+            status = "CrashLoopBackOff" if i % 2 == 0 else "Running"
+            services.job_transition(job=Job.objects.get(pk=job.pk), phase=Phase.RUNNING, status=status,
+                                    reason=f"step-{i}")
 
-    await db(refresh)
-    got = {}
-    for _ in range(2):
-        message = await bob.receive_json_from(timeout=3)
-        got[message["id"]] = (message["queue_position"], message["message"])
-    assert got == {jobs[0].pk: (1, "#1 now"), jobs[2].pk: (2, "#2 now")}
+    await db(burst)
+    frames = await frames_until(bob, lambda f: f"step-{changes - 1}" in f)
+    assert len(frames) < changes
+    assert ">Running</span>" in frames[-1]
     assert await bob.receive_nothing(timeout=0.3)
+
+
+async def test_one_render_per_change_whatever_the_number_of_sockets(ws, world, submit):
+    job = await db(submit, "bob", name="shared")
+    sockets = [(await ws(f"/ws/jobs/?shown={job.pk}", world.users[name]))[0]
+               for name in ("bob", "pan", "lin", "bob", "pan", "lin")]
+    await db(pending, job)
+    frames = [await s.receive_from(timeout=5) for s in sockets]
+    assert len(set(frames)) == 1  # the same bytes, rendered once
+    assert ">Pending</span>" in frames[0]
+
+
+async def test_disconnect_leaves_no_channel_in_the_layer_groups(ws, world, submit, settings):
+    from channels.layers import get_channel_layer
+
+    bob, _ = await ws("/ws/jobs/", world.users["bob"])
+    admin, _ = await ws("/ws/jobs/", world.users["admin"])
+    layer = get_channel_layer()
+    phusers = realtime.group_channel(world.groups["phusers"].pk)
+    assert {name for name, members in layer.groups.items() if members} >= {phusers, realtime.GROUP_ALL}
+    assert len(layer.groups[phusers]) == 1  # the process's hub, not each socket
+    await bob.disconnect()
+    await admin.disconnect()
+    assert not any(layer.groups.get(name) for name in (phusers, realtime.GROUP_ALL))
+
+
+async def test_reconnect_sends_rows_that_changed_since_the_page_was_drawn(ws, world, submit):
+    from django.utils import timezone
+
+    job = await db(submit, "bob", name="changed-meanwhile")
+    drawn = timezone.now()
+    await db(pending, job)
+    query = f"shown={job.pk}&since={drawn.isoformat()}".replace("+", "%2B")
+    bob, _ = await ws(f"/ws/jobs/?{query}", world.users["bob"])
+    frame = await bob.receive_from(timeout=5)
+    assert frame.startswith('<tbody id="job-rows" hx-swap-oob="true">') and ">Pending</span>" in frame
+
+
+async def test_page_two_counts_new_jobs_in_a_notice(ws, world, submit, monkeypatch):
+    monkeypatch.setattr("jobs.views.PAGE_SIZE", 1)
+    old = await db(submit, "bob", name="old")
+    await db(submit, "bob", name="on-page-one")
+    lister, _ = await ws(f"/ws/jobs/?page=2&shown={old.pk}", world.users["bob"])
+    await db(submit, "bob", name="newer")
+    frame = await lister.receive_from(timeout=5)
+    assert 'id="new-jobs"' in frame and "1 new job — show" in frame
 
 
 async def test_detail_socket_needs_visibility(ws, world, submit):
@@ -151,91 +219,82 @@ async def test_detail_socket_needs_visibility(ws, world, submit):
     assert connected is False
 
 
-async def test_detail_socket_streams_its_job_and_new_events(ws, world, submit):
+async def test_detail_socket_redraws_its_job_and_appends_new_events(ws, world, submit):
     job = await db(submit, "bob", name="detailed")
     other = await db(submit, "bob", name="other")
-    detail, _ = await ws(f"/ws/jobs/{job.pk}/", world.users["pan"])
-
-    first_event = await db(lambda: job.events.order_by("id").first().pk)
-    await detail.send_json_to({"type": "events.since", "after": 0})
-    caught_up = await detail.receive_json_from(timeout=3)
-    assert caught_up["type"] == "event.created"
-    assert (caught_up["id"], caught_up["reason"], caught_up["event_type"]) == (first_event, "Submitted", "Normal")
-    assert caught_up["message"] == "Submitted by bob to phusers" and caught_up["time_display"]
+    first_event = await db(lambda: job.events.order_by("id").last().pk)
+    detail, _ = await ws(f"/ws/jobs/{job.pk}/?after={first_event}", world.users["pan"])
 
     await db(pending, other)  # another job of the group: not on this socket
     await db(pending, job, 1, "GroupQuota", "waiting for quota")
-    updated = await detail.receive_json_from(timeout=3)
-    assert (updated["type"], updated["id"], updated["phase"]) == ("job.updated", job.pk, "PENDING")
-    event = await detail.receive_json_from(timeout=3)
-    assert event["type"] == "event.created" and event["reason"] == "GroupQuota"
-    assert event["message"] == "waiting for quota"
+    frame, events = await frames_until(detail, lambda f: "beforeend:#events tbody" in f)
+    for part in ('<div class="page-head" id="job-head" hx-swap-oob="true">',
+                 'id="status-card" hx-swap-oob="true"', 'id="attempts-card" hx-swap-oob="true"'):
+        assert part in frame
+    assert ">Pending</span>" in frame and "Cancel job" not in frame  # pan may not act on bob's job
+    # Table rows travel in a frame of their own (HTML parsing keeps rows only among rows).
+    assert events.startswith('<tbody hx-swap-oob="beforeend:#events tbody"><tr class="">')
+    assert "GroupQuota" in events and "waiting for quota" in events and "Submitted by bob" not in events
     assert await detail.receive_nothing(timeout=0.3)
 
-
-async def test_an_event_without_a_transition_reaches_the_detail_page(ws, world, submit):
-    job = await db(submit, "bob", name="evented")
-    detail, _ = await ws(f"/ws/jobs/{job.pk}/", world.users["bob"])
-    await detail.send_json_to({"type": "events.since", "after": 0})
-    assert (await detail.receive_json_from(timeout=3))["reason"] == "Submitted"
-
-    def record():
-        with transaction.atomic():
-            services.event_record(job=job, reason="Started", message="Started 1 replica(s) on local")
-
-    await db(record)
-    messages = [await detail.receive_json_from(timeout=3) for _ in range(2)]
-    started = [m for m in messages if m["type"] == "event.created"]
-    assert [m["reason"] for m in started] == ["Started"]
+    # A page drawn before the GroupQuota event gets it when its socket opens, then what follows.
+    owner, _ = await ws(f"/ws/jobs/{job.pk}/?after={first_event}", world.users["bob"])
+    caught_up = await owner.receive_from(timeout=5)
+    assert caught_up.count("data-event=") == 1 and "waiting for quota" in caught_up
+    await db(lambda: services.event_record(job=Job.objects.get(pk=job.pk), reason="Started", message="on local"))
+    frame, events = await frames_until(owner, lambda f: "beforeend:#events tbody" in f)
+    assert "Cancel job" in frame and events.count("data-event=") == 1 and "on local" in events
 
 
-async def test_detail_socket_follows_a_log_file(ws, world, submit):
-    from scheduler.backends import get_backend
+async def test_detail_socket_inserts_the_log_viewer_of_a_new_attempt(ws, world, submit):
+    job = await db(submit, "bob", replicas=2)
+    detail, _ = await ws(f"/ws/jobs/{job.pk}/?after=0", world.users["bob"])
+    await db(admitted, job)
+    frames = await frames_until(detail, lambda f: "afterbegin:#logs-list" in f)
+    assert 'id="log-1-0"' in frames[-1] and 'id="log-1-1"' in frames[-1]
+    assert '<tr id="no-events" hx-swap-oob="delete"></tr>' in frames
 
+
+async def test_detail_socket_marks_a_shown_replica_that_fails_first(ws, world, submit):
     job = await db(submit, "bob", replicas=2)
     job, attempt = await db(admitted, job)
-    path = get_backend("local").log_path(job_id=job.pk, attempt_number=attempt.number, rank=1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"already shown\n")
-    offset = path.stat().st_size
+    detail, _ = await ws(f"/ws/jobs/{job.pk}/?after=0", world.users["bob"])
+    await frames_until(detail, lambda f: "beforeend:#events tbody" in f)  # the events the page lacked
 
-    detail, _ = await ws(f"/ws/jobs/{job.pk}/", world.users["bob"])
-    await detail.send_json_to({"type": "log.follow", "attempt": attempt.number, "rank": 1, "offset": offset})
-    assert await detail.receive_nothing(timeout=0.2)  # nothing new yet
+    def replica_1_fails():
+        with transaction.atomic():  # as the scheduler records it: the attempt, then the job's change after commit
+            Attempt.objects.filter(pk=attempt.pk).update(failed_rank=1, exit_code=2)
+            services.event_record(job=Job.objects.get(pk=job.pk), reason="ReplicaFailed", message="rank 1 exit 2")
 
-    line = b"\x1b[32mepoch 1\x1b[0m loss 0.5\n"
-    with path.open("ab") as f:
-        f.write(line)
-    appended = await detail.receive_json_from(timeout=3)
-    assert appended == {"type": "log.appended", "attempt": 1, "rank": 1, "offset": offset,
-                        "end": offset + len(line), "text": line.decode()}
+    await db(replica_1_fails)
+    frames = await frames_until(detail, lambda f: 'id="log-1-1-failed"' in f)
+    mark = re.search(r'<span id="log-1-1-failed"[^>]*>.*?</span></span>', frames[-1]).group(0)
+    assert 'hx-swap-oob="true"' in mark and "failed · exit 2" in mark
+    assert 'id="log-1-0-failed"' not in "".join(frames)  # the replica that did not fail is left alone
+    assert 'id="log-1-1"' not in "".join(frames)  # its viewer, with the lines it shows, is not redrawn
 
-    # A UTF-8 character split between two writes arrives whole.
-    with path.open("ab") as f:
-        f.write("naïve ".encode()[:3])
-        f.flush()
-        await asyncio.sleep(0.2)
-        f.write("naïve ".encode()[3:] + b"done\n")
-    text = ""
-    while "done" not in text:
-        text += (await detail.receive_json_from(timeout=3))["text"]
-    assert text == "naïve done\n"
-
-    await detail.send_json_to({"type": "log.unfollow", "attempt": 1, "rank": 1})
-    await asyncio.sleep(0.2)
-    with path.open("ab") as f:
-        f.write(b"not followed\n")
-    assert await detail.receive_nothing(timeout=0.3)
-
-    await detail.send_json_to({"type": "log.follow", "attempt": 1, "rank": 7, "offset": 0})  # no such replica
-    assert (await detail.receive_json_from(timeout=3))["type"] == "log.error"
+    await db(lambda: services.event_record(job=Job.objects.get(pk=job.pk), reason="Tick", message="later"))
+    frames = await frames_until(detail, lambda f: "beforeend:#events tbody" in f)
+    assert 'id="log-1-1-failed"' not in "".join(frames)  # marked once
 
 
-async def test_utilisation_socket_pings_without_job_data(ws, world, submit):
+async def test_queue_socket_asks_the_page_to_refetch_its_block(ws, world, submit):
+    _, connected = await ws("/ws/groups/phusers/queue/", world.users["eve"])
+    assert connected is False  # not her group
+    queue, _ = await ws("/ws/groups/phusers/queue/", world.users["pan"])
+    await db(submit, "bob")
+    await db(submit, "bob")
+    frame = await queue.receive_from(timeout=5)
+    assert 'hx-get="/groups/phusers/queue/"' in frame and 'hx-select="#queue-live"' in frame
+    assert await queue.receive_nothing(timeout=0.7)  # coalesced
+
+
+async def test_utilisation_socket_refreshes_without_job_data(ws, world, submit):
     eve, _ = await ws("/ws/utilisation/", world.users["eve"])
     await db(submit, "bob")
     await db(submit, "bob")
-    assert await eve.receive_json_from(timeout=3) == {"type": "utilisation.changed"}  # coalesced
+    frame = await eve.receive_from(timeout=5)
+    assert 'hx-get="/utilisation/"' in frame and "job-" not in frame
     assert await eve.receive_nothing(timeout=0.7)
 
 
@@ -245,26 +304,32 @@ async def test_redis_layer_for_real(ws, world, submit, settings):
     url = os.environ.get("REDIS_URL")
     if not url:
         pytest.skip("REDIS_URL is not set")
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                           "CONFIG": {"hosts": [url], "prefix": f"jobsite-test-{os.getpid()}"}}}
+    prefix = f"jobsite-test-{os.getpid()}"
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                                           "CONFIG": {"hosts": [url], "prefix": prefix}}}  # as production's
     from channels.layers import get_channel_layer
 
-    from jobs import realtime
-
-    assert type(get_channel_layer()).__name__ == "RedisChannelLayer"
-    bob, _ = await ws("/ws/jobs/", world.users["bob"])
-    eve, _ = await ws("/ws/jobs/", world.users["eve"])
+    assert type(get_channel_layer()).__name__ == "RedisPubSubChannelLayer"
     job = await db(submit, "pan")
+    assert await db(realtime.flush, 5)  # its "Submitted" is out before the sockets open
+    bob, _ = await ws(f"/ws/jobs/?shown={job.pk}", world.users["bob"])
+    pan, _ = await ws(f"/ws/jobs/?shown={job.pk}", world.users["pan"])
+    eve, _ = await ws("/ws/jobs/", world.users["eve"])
     await db(pending, job, 3)
-    assert (await next_for(bob, job.pk))["phase"] == "SUBMITTED"
-    message = await next_for(bob, job.pk)
-    assert (message["phase"], message["queue_position"], message["color_name"]) == ("PENDING", 3, "orange")
+    frames = [(await frames_until(s, lambda f: ">Pending</span>" in f))[-1] for s in (bob, pan)]
+    assert frames[0] == frames[1]
     assert await eve.receive_nothing(timeout=0.5)
     assert await db(realtime.flush, 5)
+
     import redis
 
     client = redis.Redis.from_url(url)
-    for key in client.scan_iter(f"jobsite-test-{os.getpid()}*"):
+    group_key = f"{prefix}__group__{realtime.group_channel(job.group_id)}"
+    assert client.pubsub_numsub(group_key) == [(group_key.encode(), 1)]  # one subscriber (the hub), three sockets
+    for s in (bob, pan, eve):
+        await s.disconnect()
+    assert client.pubsub_numsub(group_key) == [(group_key.encode(), 0)]  # nothing left behind
+    for key in client.scan_iter(f"{prefix}*"):
         client.delete(key)
     client.close()
 
@@ -272,10 +337,14 @@ async def test_redis_layer_for_real(ws, world, submit, settings):
 async def test_layer_down_never_fails_a_transition(world, submit, settings, caplog):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
                                            "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"]}}}
-    from jobs import realtime
-
     job = await db(submit, "bob")
     job = await db(pending, job)  # no exception
     assert job.phase == Phase.PENDING
     assert await db(realtime.flush, 10)
     assert "could not publish" in caplog.text
+
+
+async def test_the_hub_goes_with_its_last_socket(ws, world, submit):
+    bob, _ = await ws("/ws/jobs/", world.users["bob"])
+    await bob.disconnect()
+    assert not realtime._hubs.get(asyncio.get_running_loop())  # the hub went with its last socket

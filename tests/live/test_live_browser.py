@@ -245,6 +245,37 @@ def test_cancel_from_the_ui_turns_the_row_grey(browser, asgi_server, scheduler, 
     assert outsider.evaluate("() => window.jobsite.received") == 0
 
 
+def test_a_replica_that_fails_while_watching_is_marked_and_unfolded(browser, asgi_server, world, submit):
+    from jobs.models import Attempt
+    from tests.live.conftest import admitted
+
+    job, first = admitted(submit("bob", "gpu-1", name="ddp-retry", replicas=2))
+    Attempt.objects.filter(pk=first.pk).update(failed_rank=0, exit_code=137)
+    second = Attempt.objects.create(job=job, number=2, replicas=2, gpu=1, backend="local")
+    Job.objects.filter(pk=job.pk).update(current_attempt=second)
+    for number, rank in ((1, 0), (2, 0), (2, 1)):
+        path = get_backend().log_path(job_id=job.pk, attempt_number=number, rank=rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"attempt {number} rank {rank}: step 1\n")
+    page = logged_in(browser, asgi_server, "bob", f"/jobs/{job.pk}/")
+    page.evaluate("() => { document.getElementById('log-2-0').open = false; }")  # folded by the reader
+
+    # Replica 1 of the current attempt fails while the page is open.
+    Attempt.objects.filter(pk=second.pk).update(failed_rank=1, exit_code=2)
+    services.event_record(job=Job.objects.get(pk=job.pk), reason="ReplicaFailed", message="replica 1 exited 2")
+    page.wait_for_selector("#log-2-1[data-failed] summary .failed-mark")
+    assert page.locator("#log-2-1 summary .failed-mark").inner_text() == "failed · exit 2"
+    assert page.locator("#log-2-1").evaluate("el => el.open") is True
+    assert page.locator("#log-2-1 pre.log-text").inner_text().startswith("attempt 2 rank 1")  # its lines kept
+    assert page.locator("#log-2-0").evaluate("el => el.open") is False  # folded by the reader: stays so
+    assert page.locator("#log-2-0 .failed-mark").count() == 0
+    page.wait_for_selector("#status-card dd.failed-rank")
+    assert page.locator("#status-card dd.failed-rank").inner_text() == "replica 1 failed first in attempt 2"
+    assert page.locator("table.attempts td.failed-rank").all_inner_texts() == ["replica 0 failed", "replica 1 failed"]
+    assert not_reloaded(page)
+    page.screenshot(path=str(ARTIFACTS / "ui-detail-failed-rank-live.png"), full_page=True)
+
+
 def test_log_viewer_colours_safely_loads_earlier_and_queue_is_live(browser, asgi_server, world, submit):
     from tests.live.conftest import admitted
 
@@ -330,3 +361,61 @@ def test_log_viewer_colours_safely_loads_earlier_and_queue_is_live(browser, asgi
     form.wait_for_selector("#yaml-errors")
     assert "gpus: Unknown field." in form.inner_text("#yaml-errors")
     form.screenshot(path=str(ARTIFACTS / "live-submit-yaml-errors.png"), full_page=True)
+
+
+def test_select_two_and_cancel_them(asgi_server, browser, world, submit):
+    mine = [submit("bob", name=f"bulk-{i}") for i in range(2)]
+    theirs = submit("pan", name="pans-job")
+    page = logged_in(browser, asgi_server, "bob")
+    page.on("dialog", lambda dialog: dialog.accept())
+    for job in (*mine, theirs):
+        page.check(f"#select-{job.pk}")
+    page.click("button:has-text('Cancel selected')")
+    page.wait_for_selector("#bulk-result:has-text('Cancelled 2 jobs. Skipped 1.')")
+    assert "You can act only on your own jobs" in page.inner_text("#bulk-result")
+    for job in mine:  # the rows turn grey by themselves (the live list)
+        page.wait_for_selector(f'#job-rows tr[data-job="{job.pk}"] .badge.badge-grey:has-text("Cancelled")')
+    assert page.locator(f'#job-rows tr[data-job="{theirs.pk}"] .badge').inner_text() == "Submitted"
+    assert not page.is_checked(f"#select-{mine[0].pk}")
+    assert not_reloaded(page)
+    page.screenshot(path=str(ARTIFACTS / "ui-bulk-cancelled.png"), full_page=True)
+
+    # Select all on the page, then Stop: the ended ones are skipped with their reason.
+    page.check("[data-select-all]")
+    assert page.is_checked(f"#select-{theirs.pk}")
+    page.click("button:has-text('Stop selected')")
+    page.wait_for_selector("#bulk-result:has-text('Stopped 0 jobs. Skipped 3.')")
+
+
+def test_a_live_row_is_the_row_of_a_fresh_page_and_filters_hold(asgi_server, browser, world, submit):
+    from tests.live.conftest import admitted
+
+    job, _ = admitted(submit("bob", "gpu-1", name="to-finish"))
+    services.job_transition(job=Job.objects.get(pk=job.pk), phase="RUNNING")
+    everything = logged_in(browser, asgi_server, "bob")
+    running = logged_in(browser, asgi_server, "bob", "/?phase=RUNNING")
+    wait_badge(running, job.pk, "green", "Running")
+
+    services.job_transition(job=Job.objects.get(pk=job.pk), phase="SUCCEEDED", reason="Completed", exit_code=0)
+    wait_badge(everything, job.pk, "blue", "Succeeded")
+    running.wait_for_selector(f'#job-rows tr[data-job="{job.pk}"]', state="detached")  # no longer RUNNING
+    assert not_reloaded(everything) and not_reloaded(running)
+
+    # The row swapped in live is the row a fresh page draws (one template).
+    def row_html(page):
+        html = page.locator(f'#job-rows tr[data-job="{job.pk}"]').evaluate("e => e.outerHTML")
+        return html.replace(' class=""', "")
+
+    fresh = logged_in(browser, asgi_server, "bob")
+    assert row_html(everything) == row_html(fresh)
+
+
+def test_queue_and_utilisation_pages_refetch_their_block(browser, asgi_server, world, submit):
+    queue = logged_in(browser, asgi_server, "pan", "/groups/phusers/queue/")
+    util = logged_in(browser, asgi_server, "lin", "/utilisation/")
+    assert queue.locator(".queue-table").count() == 0
+    queued = util.locator(".tile-value").nth(4).inner_text()
+    waiting = submit("pan", "gpu-4", name="needs-four")
+    queue.wait_for_selector(f'.queue-table tr[data-job="{waiting.pk}"]')
+    util.wait_for_function(f"() => document.querySelectorAll('.tile-value')[4].textContent !== '{queued}'")
+    assert not_reloaded(queue) and not_reloaded(util)

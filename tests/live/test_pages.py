@@ -37,12 +37,12 @@ def write_log(job: Job, data: bytes, number: int = 1, rank: int = 0):
 # --- publishing ---------------------------------------------------------------------------------------------
 
 
-def test_publish_builds_every_message_with_one_query(submit, django_assert_num_queries):
+def test_each_change_is_rendered_once_as_the_list_row_in_one_query(submit, django_assert_num_queries):
     jobs = [submit("bob") for _ in range(5)]
     with django_assert_num_queries(1):
-        messages = realtime.job_messages([j.pk for j in jobs])
-    assert [m["id"] for _, m in messages] == sorted(j.pk for j in jobs)
-    assert {m["group"] for _, m in messages} == {"phusers"}
+        items = realtime.render_rows([j.pk for j in jobs] * 2)
+    assert [item["id"] for item in items] == sorted(j.pk for j in jobs)
+    assert all(item["row"].startswith(f'<tr id="job-{item["id"]}"') for item in items)
 
 
 def test_publish_never_raises(monkeypatch, submit, caplog):
@@ -51,6 +51,7 @@ def test_publish_never_raises(monkeypatch, submit, caplog):
     def broken(*args, **kwargs):
         raise ConnectionError("layer down")
 
+    monkeypatch.setattr(realtime, "_sockets_here", lambda: True)
     monkeypatch.setattr(realtime, "_dispatch", broken)
     realtime.publish_job_changes([job.pk])  # logged, not raised
     assert "could not publish" in caplog.text
@@ -58,6 +59,7 @@ def test_publish_never_raises(monkeypatch, submit, caplog):
 
 def test_publish_is_after_commit(submit, django_capture_on_commit_callbacks, monkeypatch):
     sent = []
+    monkeypatch.setattr(realtime, "_sockets_here", lambda: True)
     monkeypatch.setattr(realtime, "_dispatch", lambda sends: sent.extend(sends))
     job = submit("bob")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -65,9 +67,10 @@ def test_publish_is_after_commit(submit, django_capture_on_commit_callbacks, mon
     assert sent == []  # nothing before commit
     for callback in callbacks:
         callback()
-    groups = [g for g, m in sent if m.get("id") == job.pk]
-    assert groups == [f"jobs.group.{job.group_id}", "jobs.all", f"jobs.job.{job.pk}"]
-    assert ("jobs.utilisation", {"type": "utilisation.changed"}) in sent
+    # One message per audience (the job's group, superusers, utilisation), however many sockets listen.
+    assert [g for g, _ in sent] == [f"jobs.group.{job.group_id}", "jobs.all", "jobs.utilisation"]
+    assert [item["id"] for item in sent[0][1]["items"]] == [job.pk]
+    assert sent[2][1]["items"] == []
 
 
 # --- the job list -------------------------------------------------------------------------------------------
@@ -79,22 +82,9 @@ def test_list_rows_carry_what_the_live_page_updates(login, submit):
     row = re.search(rf'<tr id="job-{job.pk}".*?</tr>', html, re.S).group(0)
     assert f'data-updated="{job.updated_at.isoformat()}"' in row
     assert 'class="badge badge-orange" data-color="#fd8608"' in row and ">Pending</span>" in row
-    assert "#3 in phusers" in row
+    assert "#1 in phusers" in row  # derived where read: the only one waiting
     assert 'class="num duration" data-start="" data-end=""' in row
-    assert '<script id="live-filters" type="application/json">' in html
-
-
-def test_rows_endpoint_returns_new_rows_matching_the_filters(login, submit):
-    a = submit("bob", name="a")
-    b = submit("pan", name="b")
-    c = submit("lin", group="research", name="c")
-    login("lin")
-    rows = reverse("jobs:rows")
-    assert row_ids(client_get(login, "lin", f"{rows}?ids={a.pk},{b.pk},{c.pk}")) == [c.pk, b.pk, a.pk]
-    assert row_ids(client_get(login, "lin", f"{rows}?ids={a.pk},{c.pk}&group=research")) == [c.pk]
-    assert row_ids(client_get(login, "lin", f"{rows}?ids={a.pk},{b.pk}&user=pan")) == [b.pk]
-    assert row_ids(client_get(login, "eve", f"{rows}?ids={a.pk},{b.pk},{c.pk}")) == []  # not her groups
-    assert row_ids(client_get(login, "bob", f"{rows}?group=phusers")) == [b.pk, a.pk]  # catch-up: the page
+    assert 'hx-ext="ws" ws-connect="/ws/jobs/?page=1&amp;since=' in html
 
 
 def client_get(login, username: str, url: str) -> str:
@@ -145,16 +135,11 @@ def test_a_50_mb_log_opens_fast_with_only_its_tail(login, submit):
     start = int(re.search(r'id="log-1-0"[^>]*data-start="(\d+)"', html).group(1))
     assert (size - start) <= 256 * 1024 and (start % len(line)) == 0  # at a line boundary
 
-    # "Load earlier": the 64 KiB before it, from a line boundary.
-    url = reverse("jobs:log_range", kwargs={"pk": job.pk, "number": 1, "rank": 0})
-    earlier = client.get(url, {"end": start, "bytes": 64 * 1024}).json()
-    assert earlier["end"] == start and earlier["size"] == size
-    assert earlier["start"] % len(line) == 0 and start - earlier["start"] <= 64 * 1024
-    assert earlier["text"] == (line * ((start - earlier["start"]) // len(line))).decode()
-    # The first piece of the file, and a request that is too large is capped.
-    first = client.get(url, {"end": 303, "bytes": 10_000_000}).json()
-    assert (first["start"], first["end"], first["text"]) == (0, 303, (line * 3).decode())
-    assert len(client.get(url, {"bytes": 10_000_000}).json()["text"]) <= 1024 * 1024
+    # "Load earlier" asks the API for the bytes before the tail.
+    earlier = client.get(reverse("api:job-logs", args=[job.pk]), {"start": start - 64 * 1024, "end": start})
+    body = b"".join(earlier.streaming_content)
+    assert earlier.status_code == 200 and len(body) == 64 * 1024
+    assert earlier["X-Log-Size"] == str(size) and body.endswith(line)
 
 
 @pytest.mark.asyncio
@@ -175,16 +160,6 @@ async def test_full_log_download_streams_under_asgi(submit, world):
     assert b"".join([chunk async for chunk in response.streaming_content]) == body
 
 
-def test_log_range_permissions_and_missing(login, submit):
-    job, _ = admitted(submit("bob"))
-    url = reverse("jobs:log_range", kwargs={"pk": job.pk, "number": 1, "rank": 0})
-    assert login("bob").get(url).status_code == 404  # no log yet
-    write_log(job, b"hello\n")
-    assert login("bob").get(url).json()["text"] == "hello\n"
-    assert login("eve").get(url).status_code == 404
-    assert login("bob").get(reverse("jobs:log_range", kwargs={"pk": job.pk, "number": 1, "rank": 3})).status_code == 404
-
-
 def test_log_of_a_finished_ttl_cleaned_job_stays_readable(login, submit):
     from scheduler.sync import housekeeping
 
@@ -198,8 +173,8 @@ def test_log_of_a_finished_ttl_cleaned_job_stays_readable(login, submit):
     html = client_get(login, "pan", reverse("jobs:detail", args=[job.pk]))
     assert "trained" in html
     assert "data-log-follow checked" not in html  # ended: no follow by default
-    url = reverse("jobs:log_range", kwargs={"pk": job.pk, "number": 1, "rank": 0})
-    assert login("pan").get(url).json()["text"] == "trained\n"
+    raw = login("pan").get(reverse("api:job-log-raw", args=[job.pk]), {"attempt": 1, "replica": 0})
+    assert b"".join(raw.streaming_content) == b"trained\n"
 
 
 # --- queue, utilisation, usage ------------------------------------------------------------------------------
