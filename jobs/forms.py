@@ -67,6 +67,18 @@ def format_env(env: dict[str, Any]) -> str:
     return "\n".join(f"{k}={v}" for k, v in env.items())
 
 
+def _command_size(value: str) -> None:
+    """The command's size in bytes, said in the error, so a huge paste is refused next to its field."""
+    size = len(value.encode())
+    if size > limits.COMMAND_MAX_BYTES:
+        shown = f"{size / (1 << 20):.1f} MiB" if size >= 1 << 20 else f"{size:,} bytes"
+        raise forms.ValidationError(
+            f"The command is longer than {limits.COMMAND_MAX_BYTES // 1024} KiB: it is {shown}. "
+            "Put a long script in a file (in the image or the group's volume) and run that.",
+            code="command_size",
+        )
+
+
 class JobSubmitForm(forms.Form):
     name = forms.CharField(
         required=False,
@@ -81,8 +93,12 @@ class JobSubmitForm(forms.Form):
     command = forms.CharField(
         strip=False,
         error_messages={"required": "Enter a command."},
+        validators=[_command_size],
+        # maxlength counts characters, the limit bytes: the browser stops most of an oversized paste, the validator
+        # the rest.
         widget=forms.Textarea(
-            attrs={"rows": 6, "spellcheck": "false", "class": "mono", "placeholder": "python train.py --epochs 10"}
+            attrs={"rows": 6, "spellcheck": "false", "class": "mono", "placeholder": "python train.py --epochs 10",
+                   "maxlength": limits.COMMAND_MAX_BYTES}
         ),
         help_text=f"Run with bash -c. At most {limits.COMMAND_MAX_BYTES // 1024} KiB.",
     )

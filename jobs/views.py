@@ -19,16 +19,16 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
 
 from . import logs, selectors, services
 from .api import auth
 from .choices import Phase, Resource
-from .filtersets import JobFilterSet
 from .forms import JobFilterForm, JobSpecYamlForm, JobSubmitForm, initial_from_job
 from .models import Attempt, Job
 from .state_machine import COLOR_NAMES, PHASE_COLORS, Color, is_terminal
@@ -36,7 +36,6 @@ from .state_machine import COLOR_NAMES, PHASE_COLORS, Color, is_terminal
 PAGE_SIZE = 50
 LOG_TAIL_BYTES = 256 * 1024
 # Most a "load earlier" request of the log viewer may ask for.
-LOG_RANGE_MAX_BYTES = 1024 * 1024
 # Logs shown inline on the detail page (newest attempts first); older ones are linked only.
 LOG_INLINE_MAX = 16
 USAGE_DAYS_DEFAULT = 30
@@ -86,43 +85,40 @@ def _legend() -> list[dict]:
     return [{"color": c, "color_name": COLOR_NAMES[c], "phases": ", ".join(p)} for c, p in rows.items()]
 
 
-def _filtered_jobs(request: HttpRequest):
-    return JobFilterSet(request.GET or None, queryset=selectors.jobs_visible_to(request.user)).qs
+def _job_page(request: HttpRequest, group_ids: list[int] | None = None):
+    # The API's query; filters not understood are left out.
+    jobs = selectors.job_list(request.user, request.GET, group_ids=group_ids)[0]
+    return selectors.JobPaginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
 
 
-def _job_page(request: HttpRequest):
-    return Paginator(_filtered_jobs(request), PAGE_SIZE).get_page(request.GET.get("page"))
+def approximately(n: int) -> str:
+    """An estimated count as people say it: 1234567 → "1.2 million", 123456 → "120,000"."""
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}".removesuffix(".0") + " million"
+    digits = len(str(n))
+    return f"{round(n, 2 - digits) if digits > 2 else n:,}"
 
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    groups = list(selectors.groups_of(request.user).order_by("name").values_list("name", flat=True))
+    group_rows = list(selectors.groups_of(request.user).order_by("name").values_list("pk", "name"))
+    groups = [name for _, name in group_rows]
     filter_form = JobFilterForm(request.GET or None, groups=groups)
-    page = _job_page(request)
-    filtered = any(request.GET.get(k) for k in ("group", "phase", "user"))
+    page = _job_page(request, [pk for pk, _ in group_rows])
+    selectors.with_queue_positions(page.object_list)  # derived, not stored
+    filtered = any(request.GET.get(k) for k in ("group", "phase", "user", "q"))
+    count_exact = page.paginator.count_exact
     return render(request, "jobs/job_list.html", {
         "page": page,
         "jobs": page.object_list,
         "filter_form": filter_form,
+        "q": request.GET.get("q", ""),
+        "count_exact": count_exact,
+        "count_label": "" if count_exact else approximately(page.paginator.count),
         "filtered": filtered,
         "legend": _legend(),
         "nav_groups": groups,
-        "live_filters": {"group": request.GET.get("group", ""), "user": request.GET.get("user", ""),
-                         "phase": [p for p in request.GET.getlist("phase") if p]},
     })
-
-
-@login_required
-@require_GET
-def job_rows(request: HttpRequest) -> HttpResponse:
-    """Rows of the job list, for the live page: ``?ids=1,2`` (new jobs, if they match the list's filters, also in the
-    query string) or the page of the list's query string (catching up after a reconnect)."""
-    if "ids" in request.GET:
-        ids = [int(i) for i in request.GET["ids"].split(",") if i.strip().isdigit()][:PAGE_SIZE]
-        jobs = _filtered_jobs(request).filter(pk__in=ids)
-    else:
-        jobs = _job_page(request).object_list
-    return render(request, "jobs/_job_rows.html", {"jobs": jobs})
 
 
 # --- submit -------------------------------------------------------------------------------------------------
@@ -197,7 +193,6 @@ class ReplicaLog:
     attempt: int
     rank: int
     url: str
-    range_url: str
     text: str | None = None  # None: no log file yet (or not read)
     start: int = 0
     end: int = 0
@@ -224,7 +219,7 @@ def _attempt_logs(job: Job, attempts: list[Attempt], *, read: bool = True) -> li
             kwargs = {"pk": job.pk, "number": attempt.number, "rank": rank}
             failed = rank == attempt.failed_rank
             entry = ReplicaLog(attempt=attempt.number, rank=rank, url=reverse("jobs:log", kwargs=kwargs),
-                               range_url=reverse("jobs:log_range", kwargs=kwargs), inline=budget > 0,
+                               inline=budget > 0,
                                current=attempt.pk == job.current_attempt_id, failed=failed,
                                exit_code=attempt.exit_code if failed else None,
                                open=index == 0 and (attempt.failed_rank is None or failed))
@@ -238,23 +233,30 @@ def _attempt_logs(job: Job, attempts: list[Attempt], *, read: bool = True) -> li
     return result
 
 
-@login_required
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    job = _visible_job(request, pk)
+def detail_context(user, job: Job, *, read_logs: bool = True) -> dict[str, Any]:
+    """What the detail page's live parts (head, status, attempts, log viewers) are drawn from: for the page and for
+    its socket (``jobs.consumers.JobDetailConsumer``), which draws them again when the job changes."""
+    selectors.with_queue_positions([job])  # derived, not stored
     attempts = list(job.attempts.order_by("number"))
     terminal = is_terminal(job.phase)
-    can_act = selectors.job_can_act(request.user, job)
-    live = request.GET.get("fragment") == "live"
-    context = {
+    can_act = selectors.job_can_act(user, job)
+    return {
         "job": job,
         "terminal": terminal,
         "can_cancel": not terminal and can_act,
         "can_restart": terminal and job.phase != Phase.SUCCEEDED and can_act,
         "attempts": attempts,
-        # The live fragment brings new log viewers only (empty: they follow from the start of the file).
-        "logs": _attempt_logs(job, attempts, read=not live),
+        # Viewers drawn live are empty: they follow from the start of the file.
+        "logs": _attempt_logs(job, attempts, read=read_logs),
         "log_tail_bytes": LOG_TAIL_BYTES,
     }
+
+
+@login_required
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _visible_job(request, pk)
+    live = request.GET.get("fragment") == "live"
+    context = detail_context(request.user, job, read_logs=not live)
     if live:
         return render(request, "jobs/_detail_live.html", context)
     context["events"] = selectors.job_events(job)
@@ -323,26 +325,6 @@ def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> StreamingH
     return response
 
 
-@login_required
-@require_GET
-def job_log_range(request: HttpRequest, pk: int, number: int, rank: int) -> JsonResponse:
-    """A piece of a replica's log as JSON ``{start, end, size, text}``: the bytes before ``?end=`` (default: the
-    end of the file), at most ``?bytes=`` of them, from a line boundary. The log viewer's "load earlier"."""
-    _, path = _replica_log_path(request, pk, number, rank)
-
-    def number_arg(name: str, default: int | None) -> int | None:
-        value = request.GET.get(name, "")
-        return int(value) if value.isdigit() else default
-
-    max_bytes = min(number_arg("bytes", LOG_TAIL_BYTES) or LOG_TAIL_BYTES, LOG_RANGE_MAX_BYTES)
-    window = logs.read_window(path, end=number_arg("end", None), max_bytes=max_bytes)
-    if window is None:
-        raise Http404("No log yet.")
-    response = JsonResponse({"start": window.start, "end": window.end, "size": window.size, "text": window.text})
-    response["Cache-Control"] = "no-store"
-    return response
-
-
 # --- queue, utilisation, usage ------------------------------------------------------------------------------
 
 RESOURCE_LABELS = {Resource.GPU: "GPU", Resource.CPU: "CPU", Resource.MEMORY: "Memory"}
@@ -398,12 +380,14 @@ def group_queue(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 def utilisation(request: HttpRequest) -> HttpResponse:
-    util = selectors.cluster_utilisation()
+    # Other groups than the user's own show in aggregate only (no user or job names), here and in the live refresh.
+    util = selectors.cluster_utilisation(request.user)
     nodes = [{"name": n.name, "gpu_total": n.gpu_total, "gpu_used": n.gpu_used, "gpu_free": n.gpu_free,
               **_bar(n.gpu_used, n.gpu_total, None), "quota_pct": None} for n in util["nodes"]]
     total_bar = {**_bar(util["gpu_used"], util["gpu_total"], None), "quota_pct": None}
-    context = {"util": util, "nodes": nodes, "total_bar": total_bar,
-               "running": sum(u["running"] for u in util["users"]), "queued": sum(u["queued"] for u in util["users"])}
+    groups = [{**g, **_bar(g["running_gpu"], g["gpu_quota"], None)} for g in util["groups"]]
+    context = {"util": util, "nodes": nodes, "total_bar": total_bar, "groups": groups,
+               "running": sum(g["running"] for g in groups), "queued": sum(g["queued"] for g in groups)}
     if request.htmx:
         return render(request, "jobs/_utilisation_live.html", context)
     return render(request, "jobs/utilisation.html", context)
@@ -436,3 +420,38 @@ def usage(request: HttpRequest) -> HttpResponse:
         "series": series, "table": table, "total": total,
         "day_choices": [7, 14, 30, 90, 365],
     })
+
+
+# --- acting on the selected jobs of the list --------------------------------------------------------------------
+
+BULK_MAX = 500
+
+
+@login_required
+@require_POST
+def job_bulk(request: HttpRequest) -> HttpResponse:
+    """"Cancel selected" / "Stop selected" on the job list: each selected job on its own
+    (``services.job_cancel_many``); the answer says how many were acted on and which were skipped and why. htmx
+    gets the result block; without JavaScript, back to the list with the same as a message."""
+    action = request.POST.get("action")
+    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()][:BULK_MAX]
+    if action not in ("cancel", "stop"):
+        summary, skipped, level = "Choose Cancel selected or Stop selected.", [], messages.ERROR
+    elif not ids:
+        summary, skipped, level = "Select the jobs to act on first.", [], messages.ERROR
+    else:
+        results = services.job_cancel_many(ids=ids, by=request.user, stop=action == "stop")
+        done = sum(1 for r in results if r["ok"])
+        skipped = [r for r in results if not r["ok"]]
+        verb = "Stopped" if action == "stop" else "Cancelled"
+        summary = f"{verb} {done} job{'' if done == 1 else 's'}."
+        if skipped:
+            summary += f" Skipped {len(skipped)}."
+        level = messages.SUCCESS if not skipped else messages.WARNING if done else messages.ERROR
+    if request.htmx:
+        return render(request, "jobs/_bulk_result.html", {"summary": summary, "skipped": skipped, "level": level})
+    text = " ".join([summary] + [f"#{r['id']}: {r['detail']}" for r in skipped])
+    messages.add_message(request, level, text)
+    back = request.POST.get("next", "")
+    safe = url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure())
+    return redirect(back if back and safe else reverse("jobs:list"))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 from jobs.choices import Phase
 from jobs.realtime import estimate_text
@@ -102,6 +103,35 @@ def nbytes(size) -> str:
 def iso(value) -> str:
     """A datetime as ISO 8601 (for data attributes the live pages compare and count from); empty stays empty."""
     return value.isoformat() if value else ""
+
+
+@register.filter
+def timestamp(value, precision: str = "seconds"):
+    """A moment as ``<time>`` in UTC, said so in the text; static/js/nav.js shows it in the reader's time zone and
+    keeps UTC in the title. ``precision``: "seconds" or "minutes". None → "—"."""
+    if not value:
+        return "—"
+    utc = value.astimezone(UTC)
+    shown = f"{utc:%Y-%m-%d %H:%M:%S}" if precision == "seconds" else f"{utc:%Y-%m-%d %H:%M}"
+    return format_html('<time datetime="{}" data-local="{}" title="{} UTC">{} UTC</time>',
+                       utc.isoformat(), precision, f"{utc:%Y-%m-%d %H:%M:%S}", shown)
+
+
+@register.simple_tag
+def first_invalid(form, names: str = "") -> str:
+    """The name of the first field with an error in the order the page shows them (``names``, space-separated;
+    fields not named follow in the form's order), for its autofocus; "" when there is none."""
+    if not getattr(form, "is_bound", False) or not form.errors:
+        return ""
+    shown = names.split()
+    order = shown + [name for name in form.fields if name not in shown]
+    return next((name for name in order if name in form.errors), "")
+
+
+@register.filter
+def autofocus(field):
+    """A form field's widget with ``autofocus`` (the first invalid field after a failed submit)."""
+    return field.as_widget(attrs={"autofocus": True})
 
 
 @register.simple_tag(takes_context=True)

@@ -29,7 +29,7 @@ def axis(max_value: float, ticks: int = 4) -> tuple[float, float, int]:
 
 
 def stacked_bars(days: list[date], series: list[dict], *, width: int = 960, height: int = 300,
-                 max_series: int = len(PALETTE), unit: str = "GPU-h") -> dict:
+                 max_series: int = len(PALETTE), unit: str = "GPU-h", max_labels: int = 10) -> dict:
     """Geometry of a stacked bar chart: one bar per day, one stack segment per series.
 
     ``series``: [{"name", "values": {day: amount}, "total"}], largest first; beyond ``max_series`` they are summed
@@ -66,7 +66,7 @@ def stacked_bars(days: list[date], series: list[dict], *, width: int = 960, heig
                          "h": round(max(h, 0.5), 2), "color": s["color"],
                          "title": f"{day:%Y-%m-%d} · {s['name']}: {v:,.2f} {unit}"})
             stacked += h
-    step = max(1, math.ceil(len(days) / 10))
+    step = max(1, math.ceil(len(days) / max_labels))
     labels = [{"x": round(left + i * slot + slot / 2, 2), "text": f"{day:%b %d}"}
               for i, day in enumerate(days) if i % step == 0 or len(days) == 1]
     return {
@@ -78,4 +78,9 @@ def stacked_bars(days: list[date], series: list[dict], *, width: int = 960, heig
 
 @register.inclusion_tag("jobs/_stacked_bars.html")
 def stacked_bar_chart(days, series, title: str = "", unit: str = "GPU-h") -> dict:
-    return {"chart": stacked_bars(list(days), list(series), unit=unit), "title": title}
+    """The chart twice: wide, and narrow for phones (fewer day labels, so its text stays readable when the SVG is
+    scaled down to a phone's width); the stylesheet shows one of them."""
+    days, series = list(days), list(series)
+    return {"chart": stacked_bars(days, series, unit=unit),
+            "narrow": stacked_bars(days, series, unit=unit, width=420, height=260, max_labels=4),
+            "title": title}

@@ -21,11 +21,10 @@ def field_block(html: str, name: str) -> str:
 
 @pytest.fixture
 def make_pending():
-    """Move a submitted job to PENDING with a queue position, as a scheduling pass would."""
+    """Move a submitted job to PENDING, as a scheduling pass would (its queue position is derived when read)."""
 
-    def do(job: Job, position: int | None = 1, reason: str = "GroupQuota", message: str = "") -> Job:
-        services.job_transition(job=job, phase=Phase.PENDING, reason=reason, message=message,
-                                queue_position=position)
+    def do(job: Job, reason: str = "GroupQuota", message: str = "") -> Job:
+        services.job_transition(job=job, phase=Phase.PENDING, reason=reason, message=message)
         job.refresh_from_db()
         return job
 

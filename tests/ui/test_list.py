@@ -79,8 +79,9 @@ def test_list_shows_only_jobs_of_the_users_groups(login, submit, client):
 
 
 def test_list_columns(login, submit, client, make_pending):
-    job = make_pending(submit("bob", "gpu-2", name="train-resnet"), position=3,
-                       message="waiting for group GPU quota 4/4")
+    for name in ("first", "second"):  # ahead of it: the position is derived from the queue order
+        make_pending(submit("pan", "gpu-2", name=name))
+    job = make_pending(submit("bob", "gpu-2", name="train-resnet"), message="waiting for group GPU quota 4/4")
     html = login("bob").get(LIST).content.decode()
     assert f'<a href="/jobs/{job.pk}/">train-resnet</a>' in html
     assert "#3 in phusers" in html
@@ -177,10 +178,10 @@ def test_list_has_no_n_plus_one(login, submit, client, make_pending, django_asse
     for i in range(30):
         job = submit(["bob", "pan", "lin"][i % 3], ["cpu-tiny", "gpu-1"][i % 2])
         if i % 4 == 0:
-            make_pending(job, position=i + 1)
+            make_pending(job)
     login("bob")
-    # session + user + groups of the filter form + count + page
-    with django_assert_max_num_queries(5):
+    # session + user + groups of the filter form + count + page + the page's derived queue positions
+    with django_assert_max_num_queries(6):
         response = client.get(LIST)
     assert len(row_ids(response)) == 30
 
@@ -213,3 +214,63 @@ def test_unknown_phase_filter_is_ignored(login, submit, client):
     response = login("bob").get(LIST, {"phase": "BOGUS"})
     assert response.status_code == 200
     assert row_ids(response) == [job.pk]
+
+
+# --- search, and counts that stay cheap ---------------------------------------------------------------------
+
+
+def test_search_box_finds_by_name_or_id_and_goes_with_the_filters(login, submit, client):
+    a = submit("bob", name="resnet-50")
+    b = submit("pan", name="bert-base")
+    submit("lin", group="research", name="ResNet-101")  # not a group of bob's
+    login("bob")
+    html = client.get(LIST).content.decode()
+    form = re.search(r'<form[^>]*role="search".*?</form>', html, re.S).group(0)
+    assert re.search(r'<input type="search" name="q" value=""', form)  # in the filter form: submitted with them
+
+    found = client.get(LIST, {"q": "RESNET"})
+    assert row_ids(found) == [a.pk]
+    assert 'name="q" value="RESNET"' in found.content.decode()  # kept in the box
+    assert ">Clear</a>" in found.content.decode()
+    assert row_ids(client.get(LIST, {"q": f"#{b.pk}"})) == [b.pk]
+    assert row_ids(client.get(LIST, {"q": str(b.pk)})) == [b.pk]
+    assert row_ids(client.get(LIST, {"q": "resnet", "user": "pan"})) == []
+    assert "No jobs match these filters" in client.get(LIST, {"q": "nothing-like-it"}).content.decode()
+
+
+def test_search_results_paginate_with_the_search_kept(login, submit, client):
+    seed = submit("bob", name="sweep-0")
+    fields = {f.attname: getattr(seed, f.attname) for f in Job._meta.concrete_fields if f.attname != "id"}
+    Job.objects.bulk_create([Job(**fields) for _ in range(54)])
+    html = login("bob").get(LIST, {"q": "sweep"}).content.decode()
+    assert "Page 1 of 2" in html and 'href="?q=sweep&amp;page=2"' in html
+    assert '<span data-total>55</span>' in html  # exact below the threshold
+
+
+@pytest.mark.parametrize(("n", "said"), [(10_001, "10,000"), (123_456, "120,000"), (999_999, "1,000,000"),
+                                         (1_000_000, "1 million"), (1_234_567, "1.2 million"), (42, "42")])
+def test_estimated_counts_are_said_roughly(n, said):
+    from jobs.views import approximately
+
+    assert approximately(n) == said
+
+
+def test_count_above_the_threshold_is_labelled_an_estimate(login, submit, client, settings):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only: SQLite has no estimate to read")
+    settings.JOBSITE_LIST_EXACT_COUNT_MAX = 10
+    seed = submit("bob", name="many")
+    fields = {f.attname: getattr(seed, f.attname) for f in Job._meta.concrete_fields if f.attname != "id"}
+    Job.objects.bulk_create([Job(**fields) for _ in range(59)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    html = login("admin").get(LIST).content.decode()
+    assert re.search(r'<span data-estimated[^>]*>about \d[\d,.]*( million)?</span>', html)
+    assert "data-total" not in html  # the live page does not count on from an estimate
+    assert "Page 1 of about" in html and "Last page" not in html
+    assert len(row_ids(client.get(LIST))) == 50
+    assert len(row_ids(client.get(LIST, {"page": 2}))) == 10
+    # A member's list is estimated from the plan, which may guess low: the page still holds every row it should.
+    assert len(row_ids(login("bob").get(LIST))) == 50
