@@ -98,11 +98,13 @@ def token(embedded_server):
     return call(embedded_server, "POST", "/api/v1/auth/token/", {"username": "bob", "password": "smoke-pass"})["token"]
 
 
-def run_to_end(base: str, token: str, command: str, deadline_s: float = 600) -> tuple[dict, list[str]]:
-    """Submit a 2-replica job with no env of its own, wait until it ends, return it and both replicas' logs."""
+def run_to_end(base: str, token: str, command: str, deadline_s: float = 600,
+               backoff_limit: int = 0) -> tuple[dict, list[str]]:
+    """Submit a 2-replica job with no env of its own, wait until it ends, return it and both replicas' logs (of its
+    last attempt). By default the first failure ends it, with its logs."""
     job = call(base, "POST", "/api/v1/jobs/", {
         "name": "ddp", "group": "phusers", "image": "base-notebook", "instance_type": "cpu-tiny",
-        "replicas": 2, "command": command, "backoff_limit": 0,  # the first failure ends it, with its logs
+        "replicas": 2, "command": command, "backoff_limit": backoff_limit,
     }, token=token)
     deadline = time.monotonic() + deadline_s
     while job["phase"] not in TERMINAL and time.monotonic() < deadline:
@@ -133,6 +135,11 @@ def test_ddp_script_under_torchrun_needs_only_nnodes_and_node_rank(torch_bin, em
             default_port.listen()
         except OSError:
             pass  # something else holds it already: as good
+        # One retry, as a user would allow: on a starved CPU torch 2.13's worker under torchrun now and then aborts
+        # at interpreter exit, after training and destroy_process_group ("terminate called without an active
+        # exception", no Python frame left; 5 of 25 runs with two CPU hogs on 2 cores, jobsite not involved). A
+        # wrong rendezvous fails both attempts.
         job, logs = run_to_end(embedded_server, token,
-                               f"{torch_bin / 'torchrun'} --nnodes=$WORLD_SIZE --node_rank=$NODE_RANK {SCRIPT}")
+                               f"{torch_bin / 'torchrun'} --nnodes=$WORLD_SIZE --node_rank=$NODE_RANK {SCRIPT}",
+                               backoff_limit=1)
     assert_same_weights(job, logs)
