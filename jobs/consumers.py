@@ -242,7 +242,7 @@ class JobsConsumer(_CoalescingConsumer):
         if not stamps and self.client_shown:
             return "".join(f'<tr id="job-{i}" hx-swap-oob="delete"></tr>' for i in sorted(self.client_shown))
         rows = selectors.with_queue_positions(page)
-        self.shown = {job.pk for job in rows}
+        self.shown = {job.pk for job in rows}  # what is sent (the page may have moved since its ids were read)
         body = "".join(render_to_string("jobs/_job_row.html", {"job": job}) for job in rows)
         return f'<tbody id="job-rows" hx-swap-oob="true">{body}</tbody>'
 
