@@ -1,5 +1,6 @@
 """Lifecycle rules 7-12 with real processes and a controllable clock (no sleeping for minutes)."""
 
+import dataclasses
 import os
 import signal
 import time
@@ -12,7 +13,7 @@ from jobs import services
 from jobs.choices import Phase
 from jobs.selectors import queue_positions
 from scheduler.backends import get_backend
-from scheduler.backends.base import ReplicaObservation, ReplicaState
+from scheduler.backends.base import ReplicaState
 from scheduler.backends.local import LocalBackend
 from scheduler.passes import schedule_pass
 
@@ -25,8 +26,21 @@ class NeverStarts(LocalBackend):
     """A cluster where pods are created but never get a node: every replica stays ContainerCreating."""
 
     def observe(self, **kw):
-        return [ReplicaObservation(o.rank, ReplicaState.STARTING, status="ContainerCreating")
+        return [dataclasses.replace(o, state=ReplicaState.STARTING, status="ContainerCreating")
                 if o.state == ReplicaState.RUNNING else o for o in super().observe(**kw)]
+
+
+def supervisor_up(backend, job) -> None:
+    """Wait until the current attempt's supervisor is up (its replica observed present). Only then may the clock
+    jump past the start timeout: a launch of which nothing exists by then is, rightly, a launcher that died."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        seen = backend.observe(job_id=job.pk, attempt_number=job.current_attempt.number, replicas=job.replicas)
+        if all(o.present for o in seen):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the supervisor of job #{job.pk} did not start in 30 s")
 
 
 def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clock, settings):
@@ -40,6 +54,7 @@ def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clo
     assert job.phase == Phase.PREPARING
 
     for n, delay in [(1, 60), (2, 120)]:
+        supervisor_up(backend, job)
         t += timedelta(seconds=181)
         clock(now=t, backend=backend)  # stuck: terminate and requeue
         job.refresh_from_db()
@@ -55,6 +70,7 @@ def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clo
         assert job.phase == Phase.PREPARING and job.current_attempt.number == n + 1
 
     clock(now=t, backend=backend)
+    supervisor_up(backend, job)
     t += timedelta(seconds=181)
     clock(now=t, backend=backend)
     wait_for(job, {Phase.FAILED}, clock, now=t, backend=backend)
