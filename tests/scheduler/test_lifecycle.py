@@ -30,17 +30,18 @@ class NeverStarts(LocalBackend):
                 if o.state == ReplicaState.RUNNING else o for o in super().observe(**kw)]
 
 
-def supervisor_up(backend, job) -> None:
-    """Wait until the current attempt's supervisor is up (its replica observed present). Only then may the clock
-    jump past the start timeout: a launch of which nothing exists by then is, rightly, a launcher that died."""
+def stuck_creating(backend, job) -> None:
+    """Wait until every replica of the current attempt shows the never-ending ContainerCreating (its command runs
+    under its supervisor). Only then may the clock jump past the start timeout: a launch of which nothing has
+    started by then is, rightly, taken for a launcher that died."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         job.refresh_from_db()
         seen = backend.observe(job_id=job.pk, attempt_number=job.current_attempt.number, replicas=job.replicas)
-        if all(o.present for o in seen):
+        if all(o.status == "ContainerCreating" for o in seen):
             return
         time.sleep(0.05)
-    raise AssertionError(f"the supervisor of job #{job.pk} did not start in 30 s")
+    raise AssertionError(f"the replicas of job #{job.pk} did not start in 30 s")
 
 
 def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clock, settings):
@@ -54,7 +55,7 @@ def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clo
     assert job.phase == Phase.PREPARING
 
     for n, delay in [(1, 60), (2, 120)]:
-        supervisor_up(backend, job)
+        stuck_creating(backend, job)
         t += timedelta(seconds=181)
         clock(now=t, backend=backend)  # stuck: terminate and requeue
         job.refresh_from_db()
@@ -70,7 +71,7 @@ def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clo
         assert job.phase == Phase.PREPARING and job.current_attempt.number == n + 1
 
     clock(now=t, backend=backend)
-    supervisor_up(backend, job)
+    stuck_creating(backend, job)
     t += timedelta(seconds=181)
     clock(now=t, backend=backend)
     wait_for(job, {Phase.FAILED}, clock, now=t, backend=backend)
