@@ -87,7 +87,8 @@ def test_the_standby_takes_over_within_15_s_of_a_kill_9_and_runs_new_jobs(submit
         takeover = time.monotonic() - killed
         print(f"takeover {takeover:.1f} s after the kill")
         assert takeover < 15, f"took {takeover:.1f} s"
-        assert _lists(k8s.emu) > lists_before  # the new leader re-listed the pods
+        wait_for(lambda: _lists(k8s.emu) > lists_before, timeout=30,  # its watches list from their own threads
+                 what="the new leader re-listing the pods")
 
         name2 = f"job-{second.pk}-1-0"
         wait_for(lambda: _pod(core, name2), timeout=30, what="the second job's pod")

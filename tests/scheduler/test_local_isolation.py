@@ -215,6 +215,9 @@ def test_a_replica_stopped_before_its_command_started_never_runs_it(submit, cloc
     job = submit("bob", "gpu-1", command='touch "$FLAGS/ran"; sleep 600', env={"FLAGS": str(tmp_path)})
     schedule_pass(backend=backend)  # admitted; its launch left to us
     attempt_launch(job.pk, backend=backend)
+    # Its supervisor starts, finds the stop and records an end, before the rounds read it back (a round that looked
+    # before the supervisor existed would rightly end the job without an exit code).
+    assert eventually(lambda: (state_dir(job) / "exit_code").exists(), timeout=30)
     wait_for(job, {Phase.CANCELLED}, clock, backend=backend)
     assert not (tmp_path / "ran").exists()
     assert (state_dir(job) / "exit_code").exists()  # its supervisor ran, and recorded an end: it never will
