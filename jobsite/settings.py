@@ -181,6 +181,14 @@ JOBSITE_LOCAL_SANDBOX_PATHS = env.list("JOBSITE_LOCAL_SANDBOX_PATHS", default=[s
 # Seconds between SIGTERM and SIGKILL when a job is cancelled.
 JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
 JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)
+# What a sandboxed job's network reaches besides its attempt's own loopback (scheduler/backends/netns.py):
+# "outbound" (the internet through slirp4netns; no address of this machine) or "none" (loopback only).
+JOBSITE_LOCAL_JOB_NETWORK = env.str("JOBSITE_LOCAL_JOB_NETWORK", default="outbound")
+# Where the NVIDIA device nodes are (a replica sees only those of its own GPUs and the control devices).
+JOBSITE_LOCAL_DEVICE_DIR = env.str("JOBSITE_LOCAL_DEVICE_DIR", default="/dev")
+# A sandbox's /dev/shm holds at most this share of the replica's memory; /tmp and /var/tmp at most all of it
+# (memory-backed, they count against the replica's memory limit too).
+JOBSITE_LOCAL_SHM_FRACTION = env.float("JOBSITE_LOCAL_SHM_FRACTION", default=0.5)
 JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS = env.int(
     "JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS", default=12 * 3600
 )

@@ -45,7 +45,7 @@ from django.conf import settings
 from jobs.logs import replica_log_path
 from scheduler.core import Node
 
-from . import sandbox
+from . import netns, sandbox
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState, hostfile_text, replica_launch_env
 from .local_runner import (
     MARKER,
@@ -182,6 +182,8 @@ class LocalBackend:
         self._gpus = gpus
         self.bwrap = sandbox.resolve_mode()  # refuses to start when the sandbox is required and missing
         self.unsandboxed_warning = self.bwrap is None and settings.JOBSITE_LOCAL_SANDBOX != "off"
+        # A sandboxed attempt's replicas share a network namespace of their own (netns.py).
+        self.network = netns.resolve_mode() if self.bwrap else None
         # As root, sandboxed processes run as the sandbox's user: they are ours to find and stop all the same.
         self.uids = (settings.JOBSITE_LOCAL_SANDBOX_UID,) if os.geteuid() == 0 else ()
         # Supervisors being started: each forks and its first process exits at once; reaped on later calls.
@@ -242,56 +244,84 @@ class LocalBackend:
             hostfile = self._write_hostfile(spec)
         except OSError as exc:
             raise LaunchError(f"cannot write the hostfile: {exc}") from exc
-        started = []
-        for replica in spec.replicas:
-            work, state, log_file = self._dirs(spec.job_id, spec.attempt_number, replica.rank)
-            try:
-                for d in (work, log_file.parent):
-                    d.mkdir(parents=True, exist_ok=True)
+        network = self._open_network(spec, hostfile.parent)
+        try:
+            for replica in spec.replicas:
                 try:
-                    state.mkdir(parents=True)
-                except FileExistsError:  # a relaunch in place: the last run's files go
-                    # Not the ``stop`` file: a stop that came first keeps the command from ever starting.
-                    for stale in ("runner.pid", "child.pid", "sandbox.pid", "exit_code"):
-                        (state / stale).unlink(missing_ok=True)
-                write_atomic(state / "launched", f"{time.time():.3f}")
-                env = {
-                    "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-                    "HOME": str(work),
-                    "LANG": os.environ.get("LANG", "C.UTF-8"),
-                    "PYTHONUNBUFFERED": "1",
-                    **replica_launch_env(spec, replica, master_addr=LOCAL_ADDR, master_port=master_port,
-                                         hostfile=str(hostfile)),
-                    MARKER: self.marker(spec.job_id, spec.attempt_number, replica.rank),
-                }
-                command, options = ["/bin/bash", "-c", spec.command], []
-                if self.bwrap:
-                    facts = sandbox.host_facts(bwrap=self.bwrap, work_dir=work, command=command,
-                                               hostfile=hostfile, group_volume=spec.group_volume)
-                    if facts.privileged:  # the sandbox's user writes here, and only here
-                        os.chown(work, facts.uid, facts.gid)
-                    command, env = sandbox.sandbox_argv(facts), sandbox.sandbox_env(env, facts)
-                    options = ["--sandboxed", str(facts.uid)]
-                elif self.unsandboxed_warning:
-                    with open(log_file, "a") as f:
-                        f.write(f"jobsite: WARNING: {sandbox.MISSING_WARNING}\n")
-                argv = [sys.executable, str(RUNNER), "--grace", str(settings.JOBSITE_TERMINATION_GRACE_SECONDS),
-                        *options, "--notify", str(self.events_path), str(state), str(log_file), str(work), "--",
-                        *command]
-                self._start_supervisor(argv, env)
-            except (OSError, subprocess.SubprocessError) as exc:
-                self.stop(job_id=spec.job_id, attempt_number=spec.attempt_number, replicas=len(started), force=True)
-                raise LaunchError(f"cannot start replica {replica.rank}: {exc}") from exc
-            started.append(replica.rank)
+                    self._launch_replica(spec, replica, hostfile, master_port, network)
+                except (OSError, subprocess.SubprocessError) as exc:
+                    self.stop(job_id=spec.job_id, attempt_number=spec.attempt_number, replicas=replica.rank,
+                              force=True)
+                    raise LaunchError(f"cannot start replica {replica.rank}: {exc}") from exc
+        finally:
+            if network is not None:  # every supervisor holds the namespace now: it ends with the last of them
+                network.close()
         return {"root": str(self.root)}
 
-    def _start_supervisor(self, argv: list[str], env: dict[str, str]) -> None:
+    def _open_network(self, spec: LaunchSpec, attempt_dir: Path) -> netns.Network | None:
+        """The attempt's network namespace (sandboxed replicas only), and its resolver's address for outbound."""
+        if self.network is None:
+            return None
+        facts = netns.host_facts(self.network)
+        try:
+            if facts.outbound:
+                write_atomic(attempt_dir / "resolv.conf", netns.RESOLV_CONF)
+            network = netns.open_network(facts, f"{self.root_id}:{spec.job_id}:{spec.attempt_number}")
+        except OSError as exc:
+            raise LaunchError(f"cannot make the job's network: {exc}") from exc
+        with self._launchers_lock:  # reaped like the launchers once they end
+            self._launchers += network.processes
+        return network
+
+    def _launch_replica(self, spec: LaunchSpec, replica, hostfile: Path, master_port: int,
+                        network: netns.Network | None) -> None:
+        work, state, log_file = self._dirs(spec.job_id, spec.attempt_number, replica.rank)
+        for d in (work, log_file.parent):
+            d.mkdir(parents=True, exist_ok=True)
+        try:
+            state.mkdir(parents=True)
+        except FileExistsError:  # a relaunch in place: the last run's files go
+            # Not the ``stop`` file: a stop that came first keeps the command from ever starting.
+            for stale in ("runner.pid", "child.pid", "sandbox.pid", "exit_code"):
+                (state / stale).unlink(missing_ok=True)
+        write_atomic(state / "launched", f"{time.time():.3f}")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": str(work),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PYTHONUNBUFFERED": "1",
+            **replica_launch_env(spec, replica, master_addr=LOCAL_ADDR, master_port=master_port,
+                                 hostfile=str(hostfile)),
+            MARKER: self.marker(spec.job_id, spec.attempt_number, replica.rank),
+        }
+        command, options, keep = ["/bin/bash", "-c", spec.command], [], ()
+        if self.bwrap:
+            resolv = hostfile.parent / "resolv.conf"
+            facts = sandbox.host_facts(bwrap=self.bwrap, work_dir=work, command=command, hostfile=hostfile,
+                                       group_volume=spec.group_volume, gpu_ids=replica.gpu_ids,
+                                       memory_bytes=int(spec.request.get("memory", 0)),
+                                       resolv_conf=str(resolv) if network and network.facts.outbound else "")
+            if facts.privileged:  # the sandbox's user writes here, and only here
+                os.chown(work, facts.uid, facts.gid)
+            command, env = sandbox.sandbox_argv(facts), sandbox.sandbox_env(env, facts)
+            options = ["--sandboxed", str(facts.uid)]
+            if network is not None:
+                command, keep = [*network.enter_argv(), *command], (network.keep_fd,)
+        elif self.unsandboxed_warning:
+            with open(log_file, "a") as f:
+                f.write(f"jobsite: WARNING: {sandbox.MISSING_WARNING}\n")
+        argv = [sys.executable, str(RUNNER), "--grace", str(settings.JOBSITE_TERMINATION_GRACE_SECONDS),
+                *options, "--notify", str(self.events_path), str(state), str(log_file), str(work), "--",
+                *command]
+        self._start_supervisor(argv, env, keep)
+
+    def _start_supervisor(self, argv: list[str], env: dict[str, str], keep: tuple[int, ...] = ()) -> None:
         """Start a supervisor without waiting for it (its interpreter's start-up is most of a launch). It detaches
         by itself; one that never writes its pid is found by ``observe`` after JOBSITE_LOCAL_START_TIMEOUT_SECONDS
         (the ``launched`` file is written before)."""
         with self._launchers_lock:
             self._launchers = [p for p in self._launchers if p.poll() is None]
-            self._launchers.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+            self._launchers.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, pass_fds=keep,
                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def _runner(self, state: Path) -> tuple[int, str] | None:

@@ -6,7 +6,9 @@ and IPC, its attempt's hostfile read-only, its group volume and, writable, only 
 of the installation (``var/``: the database, other jobs' directories and logs, the supervisors' state; the code
 tree but its ``examples/``) is there, even under a directory it sees. It runs in its own PID namespace, whose pid 1
 (bubblewrap) ends with the command: then, or when the supervisor dies (``--die-with-parent``), the kernel kills
-every process of the replica, ``setsid`` or not. The network is the machine's (ranks meet on 127.0.0.1).
+every process of the replica, ``setsid`` or not. Its network is its attempt's own namespace (netns.py: ranks meet
+on 127.0.0.1, no port of the machine answers); of the NVIDIA devices it sees only its GPUs' (and the control
+devices); its ``/tmp`` and ``/dev/shm`` are bounded by its memory.
 
 Its user is unprivileged: a server running as root starts bubblewrap as root, which sets the sandbox up and then
 becomes JOBSITE_LOCAL_SANDBOX_UID/GID with no capabilities left (``setpriv``); any other user gets a user namespace
@@ -19,11 +21,10 @@ process but its own), and its output reaches its log through a pipe the supervis
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -64,7 +65,10 @@ class Facts:
     system: tuple[tuple[str, str], ...] = ()
     readonly: tuple[str, ...] = ()  # datasets, software, the attempt's hostfile
     writable: tuple[str, ...] = ()  # the group volume
-    devices: tuple[str, ...] = ()  # /dev/nvidia*
+    devices: tuple[tuple[str, str], ...] = ()  # (host node, /dev/name): the replica's GPUs and NVIDIA's controls
+    files: tuple[tuple[str, str], ...] = ()  # (host file, path in the sandbox), read-only: the resolver's address
+    tmp_bytes: int = 0  # the size of /tmp and /var/tmp (0: unbounded)
+    shm_bytes: int = 0  # the size of /dev/shm (0: unbounded)
     python_shim: str = ""  # the python3 that ``python`` runs, when the system has no ``python``
     # The installation (code tree, var/, the local root): an empty directory wherever what the sandbox shows
     # contains it (jobsite installed under /opt, say); the working directory and the examples still show.
@@ -80,13 +84,19 @@ def sandbox_argv(f: Facts) -> list[str]:
     for path, target in f.system:
         argv += ["--symlink", target, path] if target else ["--ro-bind", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    for scratch in SCRATCH:  # empty, and anyone's to write (sticky), as on the host
-        argv += ["--perms", "1777", "--tmpfs", scratch]
-    for dev in f.devices:
-        argv += ["--dev-bind", dev, dev]
+    for scratch in SCRATCH:  # empty, and anyone's to write (sticky), as on the host; bounded
+        size = f.shm_bytes if scratch == "/dev/shm" else f.tmp_bytes
+        argv += [*(["--size", str(size)] if size else []), "--perms", "1777", "--tmpfs", scratch]
+    for parent in dict.fromkeys(str(PurePosixPath(name).parent) for _, name in f.devices):
+        if parent != "/dev":  # /dev/nvidia-caps: readable by all, as on the host
+            argv += ["--perms", "0755", "--dir", parent]
+    for node, name in f.devices:
+        argv += ["--dev-bind", node, name]
     if f.python_shim:
         argv += ["--dir", SHIM_BIN, "--symlink", f.python_shim, f"{SHIM_BIN}/python"]
     argv += _mounts(f)
+    for source, path in f.files:  # over what the system shows there
+        argv += ["--ro-bind", source, path]
     argv += ["--chdir", f.work_dir]
     if f.privileged:
         caps = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # only what setpriv needs to drop to uid/gid
@@ -203,23 +213,49 @@ def _existing(paths) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(p) for p in paths if p and os.path.isabs(str(p)) and os.path.exists(str(p))))
 
 
-def host_facts(*, bwrap: str, work_dir: Path, command: list[str], hostfile: Path, group_volume: str = "") -> Facts:
-    """The Facts of one replica on this machine."""
+def host_facts(*, bwrap: str, work_dir: Path, command: list[str], hostfile: Path, group_volume: str = "",
+               gpu_ids: Sequence[int] = (), memory_bytes: int = 0, resolv_conf: str = "") -> Facts:
+    """The Facts of one replica on this machine. ``resolv_conf``: a file to show as the system's resolver
+    configuration (the job's network has its own resolver)."""
     system = _system()
     readonly = [*settings.JOBSITE_LOCAL_SANDBOX_PATHS, hostfile]
+    files = []
     resolv = "/etc/resolv.conf"  # may point into /run (systemd-resolved), which the sandbox does not show
-    if os.path.islink(resolv) and not os.path.realpath(resolv).startswith("/etc/"):
-        readonly.append(os.path.realpath(resolv))
+    real = os.path.realpath(resolv)
+    if os.path.islink(resolv) and not real.startswith("/etc/"):
+        readonly.append(real)
+    if resolv_conf and os.path.exists(real):
+        files.append((resolv_conf, real))
     has_python = any(os.path.exists(f"{d}/python") for d in ("/usr/local/bin", "/usr/bin", "/bin"))
     shim = "" if has_python else next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3")
                                        if os.path.exists(p)), "")
+    memory = int(memory_bytes)
     return Facts(
         bwrap=bwrap, work_dir=str(work_dir), command=command,
         uid=settings.JOBSITE_LOCAL_SANDBOX_UID, gid=settings.JOBSITE_LOCAL_SANDBOX_GID,
         privileged=os.geteuid() == 0, system=system, readonly=_existing(readonly),
         writable=_existing([group_volume] if group_volume and os.path.isdir(group_volume) else []),
-        devices=tuple(sorted(glob.glob("/dev/nvidia*"))), python_shim=shim, hidden=_existing(installation()),
+        devices=gpu_devices(settings.JOBSITE_LOCAL_DEVICE_DIR, gpu_ids), files=tuple(files),
+        tmp_bytes=memory, shm_bytes=int(memory * settings.JOBSITE_LOCAL_SHM_FRACTION),
+        python_shim=shim, hidden=_existing(installation()),
     )
+
+
+def gpu_devices(device_dir: str, gpu_ids: Sequence[int]) -> tuple[tuple[str, str], ...]:
+    """(node, /dev/name) of what a replica with ``gpu_ids`` sees of the NVIDIA devices under ``device_dir``: the
+    node of each of its GPUs (``nvidiaN``) and, when it has any, the control devices CUDA needs (``nvidiactl``,
+    ``nvidia-uvm``, ``nvidia-uvm-tools``, ``nvidia-modeset``, ``nvidia-caps/*``). A replica without GPUs sees none."""
+    if not gpu_ids:
+        return ()
+    base = Path(device_dir)
+    wanted = {f"nvidia{int(i)}" for i in gpu_ids}
+    found = []
+    for node in sorted(base.glob("nvidia*")) + sorted(base.glob("nvidia-caps/*")):
+        name = node.relative_to(base).as_posix()
+        gpu = name[len("nvidia"):].isdigit()
+        if (name in wanted if gpu else not node.is_dir()) and node.is_char_device():
+            found.append((str(node), f"/dev/{name}"))
+    return tuple(found)
 
 
 def installation() -> list:

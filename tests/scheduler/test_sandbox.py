@@ -59,7 +59,8 @@ def test_the_sandbox_command_line(label, f, expect):
     assert argv[0] == "/usr/bin/bwrap"
     for option in ("--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"):
         assert option in argv, (label, option)
-    assert "--unshare-net" not in argv and "--share-net" not in argv  # ranks meet on 127.0.0.1
+    # Not bubblewrap's: the replica is started inside its attempt's network namespace (netns.py), shared by ranks.
+    assert "--unshare-net" not in argv and "--share-net" not in argv
     assert ("--unshare-user" in argv) == bool(expect["userns"])
     if expect["userns"]:
         i = argv.index("--unshare-user")
@@ -87,7 +88,8 @@ def test_the_sandbox_command_line(label, f, expect):
 
 def test_datasets_group_volume_gpus_and_the_hostfile_are_the_only_other_paths():
     argv = sandbox_argv(facts(readonly=("/datasets/imagenet", "/srv/var/local/work/job-7/attempt-1/hostfile"),
-                              writable=("/volumes/research",), devices=("/dev/nvidia0", "/dev/nvidiactl")))
+                              writable=("/volumes/research",),
+                              devices=(("/dev/nvidia0", "/dev/nvidia0"), ("/dev/nvidiactl", "/dev/nvidiactl"))))
     assert pairs(argv, "--ro-bind")[-2:] == [("/datasets/imagenet", "/datasets/imagenet"),
                                              ("/srv/var/local/work/job-7/attempt-1/hostfile",) * 2]
     assert pairs(argv, "--bind") == [("/volumes/research", "/volumes/research"), (WORK, WORK)]

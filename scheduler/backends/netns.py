@@ -1,0 +1,228 @@
+"""The network of a local attempt: one network namespace its replicas share, and nothing of this machine in it.
+
+Every replica of an attempt runs in the attempt's network namespace, so ranks still meet on 127.0.0.1 (the
+namespace's own loopback: ``MASTER_ADDR`` keeps working), while no port of the machine answers a job: not the web
+server, PostgreSQL, Redis, the scheduler's HTTP port, nor another installation's. JOBSITE_LOCAL_JOB_NETWORK says
+what else a job reaches:
+
+  ``outbound`` (default)  the internet and the package registries, through a user-mode network stack
+                          (``slirp4netns``, from Debian) with its route to the host's loopback disabled; every
+                          address of this machine and the link-local range (cloud metadata) are prohibited routes
+                          inside the namespace, which the job, without capabilities, cannot change.
+  ``none``                loopback only.
+
+The namespace is held by a small process (``unshare`` running ``cat`` on a pipe; as a server that is not root,
+in a user namespace of its own too). The write end of that pipe goes to every supervisor of the attempt and to
+nobody else, so when the last of them ends, the holder reads end-of-file and exits, ``slirp4netns`` (whose exit fd
+is the same pipe) with it, and the kernel frees the namespace: it ends with the attempt, whoever dies first, the
+scheduler included. A supervisor joins the namespace with ``nsenter`` right before bubblewrap; it holds the pipe
+open while it does, so the holder it names is alive.
+
+``holder_argv``, ``slirp_argv``, ``enter_argv`` and ``blocked_routes`` are pure; ``open_network`` starts the
+processes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import select
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+log = logging.getLogger(__name__)
+
+MODES = ("outbound", "none")
+# slirp4netns' defaults: the namespace's tap device, its address range and resolver.
+TAP = "tap0"
+SLIRP_MTU = 65520
+RESOLVER = "10.0.2.3"
+RESOLV_CONF = f"nameserver {RESOLVER}\n"
+# Prohibited inside every job's namespace whatever the machine's addresses: link-local (cloud metadata services).
+ALWAYS_BLOCKED = ("169.254.0.0/16",)
+# The marker of a holder in its environment: <installation>:<job>:<attempt>.
+MARKER = "JOBSITE_NETNS"
+# How long a launch waits for the namespace to be ready (generous: a busy machine starts processes slowly).
+READY_SECONDS = 30.0
+SLIRP_MISSING = (
+    "slirp4netns was not found: jobs run with loopback only (JOBSITE_LOCAL_JOB_NETWORK=none), without the "
+    "internet or package registries. Install it (Debian: apt-get install slirp4netns) for outbound access."
+)
+
+# The holder: loopback up, the prohibited routes (its arguments), "ready", then it waits for end-of-file on stdin.
+HOLDER_SCRIPT = (
+    'ip link set lo up || exit 1; for r; do ip route add prohibit "$r" || exit 1; done; '
+    'echo ready; exec cat >/dev/null'
+)
+
+
+@dataclass(frozen=True)
+class NetFacts:
+    """What an attempt's network namespace is built from."""
+
+    mode: str  # outbound | none
+    privileged: bool  # a root server: no user namespace of its own
+    unshare: str = "/usr/bin/unshare"
+    nsenter: str = "/usr/bin/nsenter"
+    slirp: str = ""  # slirp4netns, for outbound
+    blocked: tuple[str, ...] = field(default=ALWAYS_BLOCKED)  # prohibited routes (CIDRs)
+
+    @property
+    def outbound(self) -> bool:
+        return self.mode == "outbound" and bool(self.slirp)
+
+
+def blocked_routes(addresses) -> tuple[str, ...]:
+    """The prohibited routes of a namespace: every IPv4 address of this machine (as /32) but loopback's (the
+    namespace has its own), and link-local."""
+    found = []
+    for a in addresses:
+        ip = ipaddress.ip_address(a)
+        if ip.version == 4 and not ip.is_loopback:
+            found.append(f"{ip}/32")
+    return (*sorted(set(found)), *ALWAYS_BLOCKED)
+
+
+def holder_argv(f: NetFacts) -> list[str]:
+    """The process that makes and holds the namespace (as a server that is not root, in a user namespace where
+    the server's user is root, so that it may set the namespace up)."""
+    user = [] if f.privileged else ["--user", "--map-root-user"]
+    return [f.unshare, "--net", *user, "/bin/sh", "-c", HOLDER_SCRIPT, "jobsite-netns", *f.blocked]
+
+
+def slirp_argv(f: NetFacts, pid: int, *, ready_fd: int, exit_fd: int) -> list[str]:
+    """slirp4netns for the namespace of ``pid``: the tap device configured, the host's loopback out of reach,
+    ready and exit reported through the two fds; sandboxed and under seccomp (it handles a job's packets)."""
+    user = [] if f.privileged else [f"--userns-path=/proc/{pid}/ns/user"]
+    return [f.slirp, "--configure", f"--mtu={SLIRP_MTU}", "--disable-host-loopback", "--enable-sandbox",
+            "--enable-seccomp", f"--ready-fd={ready_fd}", f"--exit-fd={exit_fd}", *user, str(pid), TAP]
+
+
+def enter_argv(f: NetFacts, pid: int) -> list[str]:
+    """What a supervisor runs its sandbox under: into the namespace of the holder ``pid`` (and its user namespace
+    when it has one, keeping the server's credentials, which are root there)."""
+    user = [] if f.privileged else ["--preserve-credentials", f"--user=/proc/{pid}/ns/user"]
+    return [f.nsenter, *user, f"--net=/proc/{pid}/ns/net", "--"]
+
+
+# --- the machine (not pure) ----------------------------------------------------------------------------------------
+
+
+def local_addresses(fib_trie: str = "/proc/net/fib_trie") -> list[str]:
+    """This machine's IPv4 addresses: the kernel's local routes (``/32 host LOCAL``) of its routing table."""
+    found, previous = [], ""
+    try:
+        with open(fib_trie) as f:
+            for line in f:
+                if "/32 host LOCAL" in line and previous:
+                    found.append(previous)
+                words = line.split()
+                if len(words) == 2 and words[0] in ("|--", "+--"):
+                    previous = words[1]
+    except OSError:
+        pass
+    return found
+
+
+def resolve_mode() -> str:
+    """JOBSITE_LOCAL_JOB_NETWORK, checked; warns when outbound has no slirp4netns (loopback only then)."""
+    mode = str(settings.JOBSITE_LOCAL_JOB_NETWORK).strip().lower()
+    if mode not in MODES:
+        raise ImproperlyConfigured(f"JOBSITE_LOCAL_JOB_NETWORK must be one of {', '.join(MODES)}, not {mode!r}.")
+    for tool in ("unshare", "nsenter", "ip"):
+        if shutil.which(tool) is None:
+            raise ImproperlyConfigured(f"The jobs' network namespaces need {tool} (Debian: util-linux, iproute2).")
+    if mode == "outbound" and shutil.which("slirp4netns") is None:
+        log.warning("JOBSITE_LOCAL_JOB_NETWORK=outbound: %s", SLIRP_MISSING)
+    return mode
+
+
+def host_facts(mode: str) -> NetFacts:
+    return NetFacts(mode=mode, privileged=os.geteuid() == 0, unshare=shutil.which("unshare") or "unshare",
+                    nsenter=shutil.which("nsenter") or "nsenter", slirp=shutil.which("slirp4netns") or "",
+                    blocked=blocked_routes(local_addresses()))
+
+
+class NetworkError(OSError):
+    """The attempt's namespace could not be made."""
+
+
+@dataclass
+class Network:
+    """An attempt's namespace while its replicas start: ``keep_fd`` goes to each supervisor (``pass_fds``), and
+    ``close`` is called once they all have it."""
+
+    facts: NetFacts
+    pid: int
+    keep_fd: int
+    processes: list[subprocess.Popen]
+
+    def enter_argv(self) -> list[str]:
+        return enter_argv(self.facts, self.pid)
+
+    def close(self) -> None:
+        if self.keep_fd >= 0:
+            os.close(self.keep_fd)
+            self.keep_fd = -1
+
+
+def _wait_readable(fd: int, deadline: float) -> bool:
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([fd], [], [], left)[0]:
+            return True
+    return False
+
+
+def open_network(f: NetFacts, marker: str) -> Network:
+    """Make an attempt's namespace and wait until it is ready; the caller hands ``keep_fd`` to the supervisors."""
+    hold_r, keep = os.pipe()
+    started: list[subprocess.Popen] = []
+    try:
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), MARKER: marker}
+        holder = subprocess.Popen(holder_argv(f), stdin=hold_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=env, start_new_session=True)
+        started.append(holder)
+        deadline = time.monotonic() + READY_SECONDS
+        if not _wait_readable(holder.stdout.fileno(), deadline) or holder.stdout.readline() != b"ready\n":
+            raise NetworkError(f"the job's network namespace did not start: {_stderr(holder)}")
+        holder.stdout.close()
+        if f.outbound:
+            ready_r, ready_w = os.pipe()
+            try:
+                slirp = subprocess.Popen(slirp_argv(f, holder.pid, ready_fd=ready_w, exit_fd=hold_r),
+                                         pass_fds=(ready_w, hold_r), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                         start_new_session=True)
+                started.append(slirp)
+                os.close(ready_w)
+                ready_w = -1
+                if not _wait_readable(ready_r, deadline) or not os.read(ready_r, 1):
+                    raise NetworkError(f"slirp4netns did not configure the job's network: {_stderr(slirp)}")
+            finally:
+                os.close(ready_r)
+                if ready_w >= 0:
+                    os.close(ready_w)
+        return Network(f, holder.pid, keep, started)
+    except (OSError, subprocess.SubprocessError) as exc:
+        os.close(keep)
+        for p in started:
+            p.kill()
+            p.wait()
+        raise exc if isinstance(exc, NetworkError) else NetworkError(str(exc)) from exc
+    finally:
+        os.close(hold_r)
+
+
+def _stderr(p: subprocess.Popen) -> str:
+    if p.poll() is None:
+        p.kill()
+    try:
+        return p.communicate(timeout=5)[1].decode(errors="replace").strip() or f"exit {p.returncode}"
+    except subprocess.SubprocessError:
+        return "no answer"
