@@ -2,7 +2,8 @@
 # Make sure the services the test suite needs are up:
 #   - PostgreSQL on $PG_HOST:$PG_PORT (trust auth for $PG_USER) with database $PG_DB,
 #   - Redis on $REDIS_HOST:$REDIS_PORT,
-#   - Chromium at $CHROMIUM_BIN and bubblewrap's bwrap (installed from Debian with apt-get when missing).
+#   - Chromium at $CHROMIUM_BIN, bubblewrap's bwrap and slirp4netns (the job sandbox and its outbound network),
+#     installed from Debian with apt-get when missing.
 # Anything already running is left alone, so the script is idempotent and quick when all is up.
 # It exits non-zero with a message as soon as something cannot be started.
 set -euo pipefail
@@ -84,7 +85,7 @@ ensure_redis() {
     log "Redis started"
 }
 
-# --- Debian packages: Chromium (browser tests) and bubblewrap (the local backend's job sandbox) -------------
+# --- Debian packages: Chromium (browser tests), bubblewrap and slirp4netns (the local backend's job sandbox) --
 # apt_install PACKAGE...: install the packages with apt-get (root only), one `apt-get update` per run.
 APT_UPDATED=0
 apt_install() {
@@ -110,8 +111,12 @@ ensure_chromium() {
 }
 
 ensure_bubblewrap() {
-    command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap
-    log "bubblewrap is available: $(bwrap --version 2>/dev/null)"
+    local missing=()
+    command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+    command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    ((${#missing[@]} == 0)) || apt_install "${missing[@]}"
+    log "bubblewrap is available: $(bwrap --version 2>/dev/null); $(slirp4netns --version 2>/dev/null | head -n 1)"
 }
 
 ensure_postgres

@@ -50,8 +50,9 @@ ALWAYS_BLOCKED = ("169.254.0.0/16",)
 MARKER = "JOBSITE_NETNS"
 # How long a launch waits for the namespace to be ready (generous: a busy machine starts processes slowly).
 READY_SECONDS = 30.0
+TUN = "/dev/net/tun"
 SLIRP_MISSING = (
-    "slirp4netns was not found: jobs run with loopback only (JOBSITE_LOCAL_JOB_NETWORK=none), without the "
+    f"slirp4netns was not found, or this user may not open {TUN}: jobs run with loopback only (JOBSITE_LOCAL_JOB_NETWORK=none), without the "
     "internet or package registries. Install it (Debian: apt-get install slirp4netns) for outbound access."
 )
 
@@ -138,14 +139,21 @@ def resolve_mode() -> str:
     for tool in ("unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             raise ImproperlyConfigured(f"The jobs' network namespaces need {tool} (Debian: util-linux, iproute2).")
-    if mode == "outbound" and shutil.which("slirp4netns") is None:
+    if mode == "outbound" and not _slirp():
         log.warning("JOBSITE_LOCAL_JOB_NETWORK=outbound: %s", SLIRP_MISSING)
     return mode
 
 
+def _slirp() -> str:
+    """slirp4netns, when it can serve this server: found, and (for a server that is not root) the tun device open
+    to all, as most distributions leave it."""
+    found = shutil.which("slirp4netns") or ""
+    return found if found and (os.geteuid() == 0 or os.access(TUN, os.R_OK | os.W_OK)) else ""
+
+
 def host_facts(mode: str) -> NetFacts:
     return NetFacts(mode=mode, privileged=os.geteuid() == 0, unshare=shutil.which("unshare") or "unshare",
-                    nsenter=shutil.which("nsenter") or "nsenter", slirp=shutil.which("slirp4netns") or "",
+                    nsenter=shutil.which("nsenter") or "nsenter", slirp=_slirp(),
                     blocked=blocked_routes(local_addresses()))
 
 
