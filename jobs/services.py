@@ -60,12 +60,16 @@ def _on_commit_effects(job_id: int, old_phase: str, new_phase: str) -> None:
 
 def event_record(
     *, job: Job, reason: str, message: str = "", type: str = EventType.NORMAL, attempt: Attempt | None = None,
-    publish: bool = True,
+    publish: bool = True, at: datetime | None = None,
 ) -> JobEvent:
     """Append an event to a job's trail; open detail pages get it after commit (``job_transition`` publishes
-    its own change, so it passes ``publish=False``)."""
+    its own change, so it passes ``publish=False``). ``at``: when it happened, when that was before now (a replica
+    seen running started a moment ago)."""
     event = JobEvent.objects.create(job=job, attempt=attempt or job.current_attempt, type=type, reason=reason,
                                     message=message)
+    if at is not None and at < event.time:
+        JobEvent.objects.filter(pk=event.pk).update(time=at)
+        event.time = at
     if publish:
         from .realtime import publish_job_changes
 

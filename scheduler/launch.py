@@ -36,11 +36,8 @@ def attempt_launch(job_id: int, *, backend: Backend) -> None:
             services.job_transition(job=job, phase=Phase.FAILED, status="Fail", reason="ContainerCannotRun",
                                     message=str(exc))
         return
+    # "Started" is written by the sync that first sees a replica running (reconcile), not here: a launch is no start.
     services.attempt_record_launch(attempt=attempt, backend_data=data or {})
-    with transaction.atomic():
-        services.event_record(job=job, attempt=attempt, reason="Started",
-                              message=f"Started {attempt.replicas} replica(s)"
-                              + (f" on {attempt.node}" if attempt.node else ""))
 
 
 def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:

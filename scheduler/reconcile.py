@@ -7,8 +7,8 @@ backend. No ORM, no I/O, no clock; ``scheduler.sync`` reads the inputs and appli
 
 The rules, in order (DESIGN.md §2–3):
 - an attempt admitted but never launched is launched;
-- an attempt whose replicas are seen to have started while its "Started" event is missing (the launcher died
-  between starting them and writing it) gets the event first, so the trail has no hole;
+- an attempt gets its "Started" event when a replica is first seen running (or already ended), with the time the
+  first one started: never at the launch, so an attempt that never ran says so by having none;
 - an attempt whose launch was claimed ``start_timeout`` seconds ago while nothing of it exists or is known (every
   replica starting, none present, no status: the launcher died before starting it) is requeued at once as a new
   attempt (counted against the requeue limit, then FAILED), never left starting;
@@ -70,7 +70,7 @@ class JobView:
     attempt_started_at: datetime | None = None
     launched: bool = True
     launched_at: datetime | None = None  # when the launch was claimed
-    started_recorded: bool = True  # the attempt's "Started" event is written (or its launch is still under way)
+    started_recorded: bool = True  # the attempt's "Started" event is written
     node: str = ""
     restarts: int = 0  # in-place restarts of the attempt so far
     requeues: int = 0  # attempts of the job requeued so far
@@ -102,7 +102,10 @@ class Relaunch:
 
 @dataclass(frozen=True)
 class RecordStarted:
-    """Write the attempt's missing "Started" event (its launcher died before it could)."""
+    """Write the attempt's "Started" event: a replica was seen running (or already ended) for the first time.
+    ``at``: when the first of them started, where the backend knows."""
+
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +186,10 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
         return [Launch()]
     if job.phase == Phase.TERMINATING:
         return _terminating(job, seen, now, timing)
-    if not job.started_recorded and any(o.state in (S.RUNNING, S.EXITED) for o in seen):
-        return [RecordStarted(), *reconcile(replace(job, started_recorded=True), seen, now, timing)]
+    ran = [o for o in seen if o.state in (S.RUNNING, S.EXITED)]
+    if not job.started_recorded and ran:
+        at = min((o.started_at for o in ran if o.started_at), default=None)
+        return [RecordStarted(at), *reconcile(replace(job, started_recorded=True), seen, now, timing)]
     if job.phase == Phase.PREPARING and (never := _never_started(job, seen, now, timing)) is not None:
         return [never]
 

@@ -66,10 +66,9 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
         .values_list("job_id").annotate(n=Count("id")).values_list("job_id", "n")
     ))
     actuator.forget({j.current_attempt_id for j in jobs})
-    # Launched attempts still preparing whose "Started" event is missing. The launches under way are left out
-    # first: one that ends after this check has written its event before the query below reads them.
+    # Launched attempts still preparing whose "Started" event is missing: written once a replica is seen running.
     preparing = {j.current_attempt_id for j in jobs if j.phase == Phase.PREPARING
-                 and j.current_attempt.launched_at is not None and not actuator.in_flight("launch", j.pk)}
+                 and j.current_attempt.launched_at is not None}
     unrecorded = preparing - set(JobEvent.objects.filter(attempt_id__in=preparing, reason="Started")
                                  .values_list("attempt_id", flat=True))
     count = 0
@@ -132,10 +131,9 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                     calls.append(lambda force=force: actuator.stop(
                         attempt_id=attempt.pk, job_id=job.pk, attempt_number=attempt.number,
                         replicas=attempt.replicas, force=force))
-                case RecordStarted():
-                    services.event_record(job=job, attempt=attempt, reason="Started", message=(
-                        f"Started {attempt.replicas} replica(s)" + (f" on {attempt.node}" if attempt.node else "")
-                        + " (recorded late: its launcher was interrupted)"))
+                case RecordStarted(at=at):
+                    services.event_record(job=job, attempt=attempt, reason="Started", at=at, message=(
+                        f"Started {attempt.replicas} replica(s)" + (f" on {attempt.node}" if attempt.node else "")))
                 case CountRestart():
                     services.attempt_count_restart(attempt=attempt)
                 case Transition():

@@ -33,6 +33,8 @@ class ReplicaObservation:
     present: bool = False
     # When it ended (EXITED), as the backend saw it: the first failing replica of an attempt is the earliest.
     finished_at: datetime | None = None
+    # When its command started running (RUNNING or EXITED), where the backend knows.
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,8 @@ def _observe(pod: dict, rank: int, name: str, now: datetime, grace: float) -> Re
                                       message=f"exited with code {code}; restarting")
         shown = "OOMKilled" if reason == "OOMKilled" else pod_reason if pod_reason == "DeadlineExceeded" else ""
         return ReplicaObservation(rank, S.EXITED, exit_code=1 if code is None else code, status=shown,
-                                  message=message or pod_message, finished_at=parse_time(terminated.get("finishedAt")))
+                                  message=message or pod_message, finished_at=parse_time(terminated.get("finishedAt")),
+                                  started_at=parse_time(terminated.get("startedAt")))
 
     if waiting is not None:
         reason = waiting.get("reason") or ""
@@ -163,7 +164,7 @@ def _observe(pod: dict, rank: int, name: str, now: datetime, grace: float) -> Re
             return ReplicaObservation(rank, S.STARTING, status=reason or "ContainerCreating", message=message)
 
     if running is not None and phase not in ("Succeeded", "Failed"):
-        return ReplicaObservation(rank, S.RUNNING)
+        return ReplicaObservation(rank, S.RUNNING, started_at=parse_time(running.get("startedAt")))
     if phase == "Succeeded":
         return ReplicaObservation(rank, S.EXITED, exit_code=0)
     if phase == "Failed":

@@ -101,8 +101,9 @@ class SimBackend:
             return [ReplicaObservation(rank, ReplicaState.STARTING, status="ContainerCreating", present=True)
                     for rank in range(replicas)]
         if now < ends:
-            return [ReplicaObservation(rank, ReplicaState.RUNNING, present=True) for rank in range(replicas)]
-        return [ReplicaObservation(rank, ReplicaState.EXITED, exit_code=0, finished_at=ends)
+            return [ReplicaObservation(rank, ReplicaState.RUNNING, present=True, started_at=running)
+                    for rank in range(replicas)]
+        return [ReplicaObservation(rank, ReplicaState.EXITED, exit_code=0, finished_at=ends, started_at=running)
                 for rank in range(replicas)]
 
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:

@@ -52,8 +52,9 @@ def test_gpu_job_runs_to_success_with_events_and_a_log_that_outlives_the_pod(sub
     assert 86400 < pod.spec.active_deadline_seconds <= 86400 + 60
     attempt = job.current_attempt
     attempt.refresh_from_db()
-    assert attempt.backend_data == {"namespace": NAMESPACE, "pods": [name], "service": ""}
-    assert job.events.filter(reason="Started").exists()
+    assert attempt.backend_data == {"namespace": NAMESPACE, "pods": [name], "service": "",
+                                    "networkpolicy": f"job-{job.pk}-1"}
+    assert not job.events.filter(reason="Started").exists()  # a pod created is no start: written once it runs
 
     kubelet.schedule(name)
     k8s_event(core, "ev-scheduled", name, "Scheduled", f"Successfully assigned {NAMESPACE}/{name} to gpu-node-1")
@@ -387,7 +388,9 @@ def test_launch_retries_server_errors(submit, core, k8s):
     assert core.read_namespaced_pod(name_of(job), NAMESPACE).metadata.name == name_of(job)
     posts = [p for m, p, q, _ in k8s.emu.journal if m == "POST" and p.endswith("/pods")]
     assert len(posts) == 3
-    assert job.events.filter(reason="Started").exists()
+    attempt = job.current_attempt
+    attempt.refresh_from_db()
+    assert attempt.launched_at is not None and job.phase == Phase.PREPARING
 
 
 def test_an_answer_lost_after_the_create_is_not_a_failure(submit, core, k8s):
@@ -395,7 +398,9 @@ def test_an_answer_lost_after_the_create_is_not_a_failure(submit, core, k8s):
     k8s.emu.fail("POST", f"/api/v1/namespaces/{NAMESPACE}/pods$", 500, times=1, after=True)
     job = admit_and_launch(submit("bob", "gpu-1"))
     assert core.read_namespaced_pod(name_of(job), NAMESPACE)
-    assert job.events.filter(reason="Started").exists()
+    attempt = job.current_attempt
+    attempt.refresh_from_db()
+    assert attempt.launched_at is not None and job.phase == Phase.PREPARING
 
 
 def test_a_rejected_pod_fails_the_job_as_container_cannot_run(submit, core, k8s):

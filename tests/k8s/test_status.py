@@ -160,3 +160,12 @@ def test_a_client_model_pod_maps_like_its_json():
     obs = observe_pod(model, rank=2, name="job-1-1-2", now=NOW, image_pull_grace=GRACE)
     assert (obs.rank, obs.state, obs.reason) == (2, S.FAILED, "FailedImagePull")
     assert observe_pod(model, rank=2, name="job-1-1-2", now=NOW, image_pull_grace=GRACE + 60).state == S.STARTING
+
+
+def test_when_the_container_started_comes_with_the_observation():
+    started = NOW - timedelta(seconds=5)
+    assert observe_pod(pod("Running", RUNNING), rank=0, name="p", now=NOW).started_at == started
+    done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": ts(5), "finishedAt": ts(1)}}
+    seen = observe_pod(pod("Succeeded", done), rank=0, name="p", now=NOW)
+    assert (seen.started_at, seen.finished_at) == (started, NOW - timedelta(seconds=1))
+    assert observe_pod(pod("Pending", waiting("ContainerCreating")), rank=0, name="p", now=NOW).started_at is None

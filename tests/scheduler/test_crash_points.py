@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,6 +22,7 @@ from jobs.choices import Phase
 from jobs.models import Job
 from scheduler.actuator import get_actuator
 from scheduler.backends import get_backend
+from scheduler.backends import local as local_backend
 from scheduler.backends.base import ReplicaObservation, ReplicaState
 from scheduler.backends.local import LocalBackend
 from scheduler.launch import launch_spec
@@ -108,7 +110,10 @@ CRASH_POINTS = [
     ("requeued, its stop made the late supervisor run nothing: the termination ends",
      terminating(termination_target=Phase.PENDING),
      [lost(message="the supervisor of replica 0 on local was stopped before it started")], [FinishTermination(None)]),
-    # --- the process started, killed before the database knew ("Started" never written) ---
+    # --- "Started" is written when a replica is first seen running, never at the launch ---
+    ("first seen running: the event, at the time the first replica started, then RUNNING",
+     preparing(started_recorded=False), [replace(up(0), started_at=ago(3)), replace(up(1), started_at=ago(2))],
+     [RecordStarted(ago(3)), Transition(Phase.RUNNING, message="2 replica(s) running")]),
     ("started, its event missing: the event first, then RUNNING",
      preparing(started_recorded=False), [up()],
      [RecordStarted(), Transition(Phase.RUNNING, message="1 replica(s) running")]),
@@ -215,6 +220,17 @@ def test_killed_after_the_launch_claim_the_attempt_is_relaunched_as_a_new_one(su
     assert "nothing of it started" in job.events.get(reason="Requeued").message
     assert ran(reasons(job, 2)) == ["Admitted", "Started", "Completed"]
     assert not LocalBackend().log_path(job_id=job.pk, attempt_number=1, rank=0).exists()  # attempt 1 never ran
+
+
+@pytest.mark.django_db
+def test_an_attempt_that_never_ran_has_no_started_event(submit, clock, settings, monkeypatch, tmp_path):
+    """Its supervisor could not start (here: no supervisor script): launched, lost, never "Started" (issue 21)."""
+    settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS = 1
+    monkeypatch.setattr(local_backend, "RUNNER", tmp_path / "no-such-supervisor.py")
+    job = submit("bob", "gpu-1", command="echo hi")
+    wait_for(job, {Phase.UNKNOWN}, clock, timeout=60)
+    assert job.current_attempt.launched_at is not None
+    assert "Started" not in reasons(job)
 
 
 @pytest.mark.django_db
