@@ -16,8 +16,11 @@ The rules, in order (DESIGN.md §2–3):
   period, once (again by a new leader, which does not know what the old one sent: forced at once when the stop is
   already ``stuck_after`` old); force-stopped only when a replica's node is lost or they are still there
   ``stuck_after`` seconds after the stop (never merely because a grace period elapsed on our side);
-- a lost replica makes the job UNKNOWN; after ``node_lost_grace`` the attempt fails as NodeLost, its replicas are
-  force-stopped and, once they are gone, the job is requeued without spending its backoff;
+- a lost replica the backend knows left nothing behind (``gone``) requeues the attempt at once: counted against the
+  requeue limit when it never ran, else as NodeLost without spending the backoff; any other lost replica makes the
+  job UNKNOWN, and after ``node_lost_grace`` (the backend cannot tell: a node it cannot reach) the attempt fails as
+  NodeLost, its replicas are force-stopped and, once they are gone, the job is requeued without spending its
+  backoff;
 - a replica that cannot run at all fails the job (no retry);
 - interactive jobs restart in place (CrashLoopBackOff, growing delay) when all replicas ended;
 - one attempt, one fate (``attempt_fate``): an attempt succeeded only when every replica exited 0; it failed as
@@ -199,6 +202,8 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
     lost = [o for o in seen if o.state == S.LOST]
     if lost:
         message = "; ".join(o.message for o in lost)
+        if all(o.gone and not o.present for o in lost):  # known to hold nothing: no grace to wait out
+            return _gone(job, message, timing)
         if job.phase != Phase.UNKNOWN:
             return [Transition(Phase.UNKNOWN, reason="NodeUnresponsive", message=message)]
         if now - (job.updated_at or now) >= timedelta(seconds=timing.node_lost_grace):
@@ -290,6 +295,23 @@ def _never_started(job: JobView, seen: list[ReplicaObservation], now: datetime, 
         return Terminate(Phase.FAILED, "RequeueLimitExceeded", f"{what}, after {job.requeues} requeue(s): giving up")
     return Terminate(Phase.PENDING, "Requeued",
                      f"{what}: requeued ({job.requeues + 1}/{timing.requeue_limit}) as a new attempt")
+
+
+def _gone(job: JobView, message: str, timing: Timing) -> list[Action]:
+    """Replicas lost that the backend knows left nothing behind: the attempt is requeued at once. One that never ran
+    (its supervisor died before starting it) counts against the requeue limit, as a launch that never started does;
+    one that ran is lost through no fault of the job: NodeLost, the backoff not spent. What may still be there of
+    the other replicas is force-stopped first."""
+    if job.phase == Phase.PREPARING and not job.started_recorded:
+        if job.requeues >= timing.requeue_limit:
+            return [Terminate(Phase.FAILED, "RequeueLimitExceeded",
+                              f"{message}; nothing of it is left, after {job.requeues} requeue(s): giving up")]
+        return [Terminate(Phase.PENDING, "Requeued", f"{message}; nothing of it is left: requeued "
+                                                     f"({job.requeues + 1}/{timing.requeue_limit}) as a new attempt"),
+                Stop(force=True, why="replica gone")]
+    return [Terminate(Phase.PENDING, "NodeLost", f"{message}; nothing of it is left: the attempt failed as NodeLost, "
+                                                 "requeued at once"),
+            Stop(force=True, why="replica gone")]
 
 
 def _terminating(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> list[Action]:

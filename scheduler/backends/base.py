@@ -35,6 +35,9 @@ class ReplicaObservation:
     finished_at: datetime | None = None
     # When its command started running (RUNNING or EXITED), where the backend knows.
     started_at: datetime | None = None
+    # LOST, and the backend knows nothing of it is left anywhere (its supervisor died leaving no process, its pod
+    # was deleted), as opposed to a node it cannot reach, where it cannot tell.
+    gone: bool = False
 
 
 @dataclass(frozen=True)

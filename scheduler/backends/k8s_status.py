@@ -58,7 +58,7 @@ def observe_pod(pod: Any, *, rank: int, name: str, now: datetime, image_pull_gra
     """The state of one replica from its pod; ``pod`` None means the pod is gone."""
     pod = as_dict(pod)
     if pod is None:
-        return ReplicaObservation(rank, S.LOST, message=f"pod {name} vanished")
+        return ReplicaObservation(rank, S.LOST, message=f"pod {name} vanished", gone=True)
     obs = replace(_observe(pod, rank, name, now, image_pull_grace), present=True)
     if (pod.get("metadata") or {}).get("deletionTimestamp") and obs.state in (S.STARTING, S.RUNNING):
         obs = replace(obs, status="Terminating")

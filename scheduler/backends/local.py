@@ -322,7 +322,8 @@ class LocalBackend:
         with self._launchers_lock:
             self._launchers = [p for p in self._launchers if p.poll() is None]
             self._launchers.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, pass_fds=keep,
-                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                                    start_new_session=True))
 
     def _runner(self, state: Path) -> tuple[int, str] | None:
         """The supervisor (pid, start time) if it is still alive (same process, not a reused pid, not a zombie)."""
@@ -391,15 +392,17 @@ class LocalBackend:
             if self._runner(state) is not None:
                 # It wrote its pid between the two looks: it has just started, not gone.
                 return ReplicaObservation(rank, ReplicaState.STARTING, present=True)
-            return ReplicaObservation(rank, ReplicaState.LOST, message=f"{who} is gone{still}", present=bool(left))
+            return ReplicaObservation(rank, ReplicaState.LOST, message=f"{who} is gone{still}", present=bool(left),
+                                      gone=not left)
         if (state / "stop").exists() and not left:
             # Stopped before its supervisor started, and none runs: should it start now, it sees the stop file and
             # runs nothing.
-            return ReplicaObservation(rank, ReplicaState.LOST, message=f"{who} was stopped before it started")
+            return ReplicaObservation(rank, ReplicaState.LOST, message=f"{who} was stopped before it started",
+                                      gone=True)
         waited = _age(state / "launched")
         bound = settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS
         if waited is not None and waited > bound:
-            return ReplicaObservation(rank, ReplicaState.LOST, present=bool(left),
+            return ReplicaObservation(rank, ReplicaState.LOST, present=bool(left), gone=not left,
                                       message=f"{who} never started (no pid {bound} s after the launch){still}")
         return ReplicaObservation(rank, ReplicaState.STARTING, present=bool(left))
 

@@ -78,8 +78,9 @@ def exited(rank=0, code=0, present=False) -> ReplicaObservation:
     return ReplicaObservation(rank, S.EXITED, exit_code=code, present=present, finished_at=ago(1))
 
 
-def lost(rank=0, present=False, message="the supervisor of replica 0 on local never started") -> ReplicaObservation:
-    return ReplicaObservation(rank, S.LOST, present=present, message=message)
+def lost(rank=0, present=False, message="the supervisor of replica 0 on local never started",
+         gone=False) -> ReplicaObservation:
+    return ReplicaObservation(rank, S.LOST, present=present, message=message, gone=gone)
 
 
 NEVER = "Launched 70 s ago, nothing of it started (its launcher was interrupted)"
@@ -103,6 +104,19 @@ CRASH_POINTS = [
      preparing(), [lost()],
      [Transition(Phase.UNKNOWN, reason="NodeUnresponsive", message="the supervisor of replica 0 on local never "
                                                                   "started")]),
+    ("claimed, its supervisor never started and nothing of it is left: requeued at once, counted",
+     preparing(started_recorded=False), [lost(gone=True)],
+     [Terminate(Phase.PENDING, "Requeued", "the supervisor of replica 0 on local never started; nothing of it is "
+                                          "left: requeued (1/5) as a new attempt"),
+      Stop(force=True, why="replica gone")]),
+    ("running, a supervisor died and left nothing: NodeLost at once (no grace: the backend knows), the rest stopped",
+     running(), [up(0), lost(1, gone=True, message="the supervisor of replica 1 on local is gone")],
+     [Terminate(Phase.PENDING, "NodeLost", "the supervisor of replica 1 on local is gone; nothing of it is left: "
+                                           "the attempt failed as NodeLost, requeued at once"),
+      Stop(force=True, why="replica gone")]),
+    ("running, a supervisor died, its processes still there: UNKNOWN, not requeued under them",
+     running(), [up(0), lost(1, present=True, message="gone; 2 of its processes still running")],
+     [Transition(Phase.UNKNOWN, reason="NodeUnresponsive", message="gone; 2 of its processes still running")]),
     ("claimed, lost past the grace: requeued once nothing of it is left",
      preparing(phase=Phase.UNKNOWN, updated_at=ago(301)), [lost(message="gone")],
      [Terminate(Phase.PENDING, "NodeLost", "gone; the attempt failed as NodeLost: force-stopping what is left of "
@@ -228,9 +242,11 @@ def test_an_attempt_that_never_ran_has_no_started_event(submit, clock, settings,
     settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS = 1
     monkeypatch.setattr(local_backend, "RUNNER", tmp_path / "no-such-supervisor.py")
     job = submit("bob", "gpu-1", command="echo hi")
-    wait_for(job, {Phase.UNKNOWN}, clock, timeout=60)
-    assert job.current_attempt.launched_at is not None
-    assert "Started" not in reasons(job)
+    wait_for(job, {Phase.FAILED}, clock, timeout=120)
+    # Each attempt requeued at once (nothing of it was left: no node-lost grace to wait out), then given up on.
+    assert (job.reason, job.attempts.count()) == ("RequeueLimitExceeded", 6)
+    assert list(job.attempts.values_list("outcome", flat=True).order_by("number"))[:5] == ["Requeued"] * 5
+    assert "Started" not in reasons(job) and "NodeUnresponsive" not in reasons(job)
 
 
 @pytest.mark.django_db

@@ -307,6 +307,7 @@ def test_a_one_gpu_job_sees_exactly_its_gpu_and_bounded_scratch(submit, clock, s
     wait_for(none, {Phase.SUCCEEDED, Phase.FAILED}, clock, timeout=120)
     out = log_of(one)
     gpu = int(out.split("gpu ")[1].split()[0])
-    assert sorted(out.splitlines()[1].split()) == sorted([f"/dev/nvidia{gpu}", "/dev/nvidiactl", "/dev/nvidia-caps", "/dev/nvidia-uvm",
-                                                  "/dev/nvidia-modeset", "/dev/nvidia-caps/nvidia-cap1"]), out
+    assert sorted(out.splitlines()[1].split()) == sorted([
+        f"/dev/nvidia{gpu}", "/dev/nvidiactl", "/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia-modeset",
+        "/dev/nvidia-caps/nvidia-cap1"]), out
     assert log_of(none).splitlines() == ["", str(128 * MIB), str(64 * MIB), "shm-full"], log_of(none)
