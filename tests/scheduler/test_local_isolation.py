@@ -12,10 +12,13 @@ their pids are the machine's); test_sandbox.py replays them in the sandbox.
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.utils import timezone
 
 from jobs import services
@@ -310,3 +313,42 @@ def test_another_installation_never_touches_these_processes(submit, clock, tmp_p
     assert [o.present for o in other.observe(job_id=job.pk, attempt_number=1, replicas=1)] == [False]
     assert workload.alive()
     assert [o.present for o in get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)] == [True]
+
+
+# --- the scheduler killed as it launches ------------------------------------------------------------------------
+
+LAUNCHER = """
+import os, sys
+import django
+django.setup()
+from scheduler.backends.base import LaunchReplica, LaunchSpec
+from scheduler.backends.local import LocalBackend
+backend = LocalBackend(root=sys.argv[1], gpus=1)
+backend.launch(LaunchSpec(job_id=1, attempt_id=1, attempt_number=1, image="", command=sys.argv[2],
+                          replicas=[LaunchReplica(rank=0, node="local", gpu_ids=(0,), env={"FLAGS": sys.argv[3]})]))
+print("launched", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_scheduler_killed_with_its_process_group_right_after_a_launch_kills_no_replica(tmp_path):
+    """The scheduler's whole process group is killed the moment its launch returns, while the supervisor it started
+    is still starting its interpreter: the supervisor is its own session from its first instruction, so the replica
+    runs to its end (issue 21.1: it used to die with the group and hold its GPUs until the node-lost grace)."""
+    root = tmp_path / "root"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "jobsite.settings", "JOBSITE_LOCAL_SANDBOX": "off",
+           "DATABASE_URL": f"sqlite:///{tmp_path / 'unused.sqlite3'}", "LOG_LEVEL": "WARNING"}
+    env.pop("REDIS_URL", None)
+    scheduler = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(root), "echo ran to the end", str(tmp_path)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True,
+                                 cwd=str(django_settings.BASE_DIR))
+    try:
+        assert scheduler.stdout.readline() == b"launched\n"
+        os.killpg(scheduler.pid, signal.SIGKILL)  # the scheduler and everything still in its process group
+    finally:
+        scheduler.kill()
+        scheduler.wait()
+    state = root / "state" / "job-1" / "attempt-1" / "replica-0"
+    assert eventually(lambda: (state / "exit_code").exists(), timeout=60), "the replica died with the scheduler"
+    assert (state / "exit_code").read_text() == "0"
+    assert (root / "logs" / "job-1" / "attempt-1" / "replica-0.log").read_text() == "ran to the end\n"
