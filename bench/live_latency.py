@@ -491,7 +491,7 @@ def load(args: argparse.Namespace) -> None:
     os.unlink(f.name)
     time.sleep(2)  # the sockets' disconnects
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    in_groups = len(client.pubsub_channels("jobsite:ws:*"))
+    in_groups = len(client.pubsub_channels(settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] + "*"))
     delivered = sum(histogram.values())
     publisher = realtime._publisher()
     print(f"[load] the publisher sent {publisher.batches} batches ({publisher.rows} rows rendered once each)",

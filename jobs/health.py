@@ -3,19 +3,20 @@ session is touched (no cookie set), so load balancers and probes can call it fre
 
 Kubelet probes and Prometheus call the pod's IP, a Host that ALLOWED_HOSTS does not list, over plain HTTP:
 ``ProbeMiddleware``, first in MIDDLEWARE, answers /healthz, and /metrics for a scraper (a bearer token, or any
-request when no token is configured), before the host check and the HTTPS redirect could turn them away. A
-browser's /metrics (a staff session) goes through the whole stack."""
+request while /metrics is open: ``jobsite.security.metrics_refusal``), before the host check and the HTTPS
+redirect could turn them away. A browser's /metrics (a staff session) goes through the whole stack."""
 
 from __future__ import annotations
 
 import logging
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
+
+from jobsite.security import metrics_refusal
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ class ProbeMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if request.path == "/healthz":
             return healthz(request)
-        if request.path == "/metrics" and (not settings.JOBSITE_METRICS_TOKEN
-                                           or request.headers.get("Authorization", "").lower().startswith("bearer ")):
+        if request.path == "/metrics" and (request.headers.get("Authorization", "").lower().startswith("bearer ")
+                                           or metrics_refusal("") is None):
             from .metrics import metrics_view
 
             return metrics_view(request)

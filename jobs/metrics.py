@@ -1,21 +1,20 @@
 """The web app's /metrics: the process's default prometheus REGISTRY plus gauges computed from the database.
 
 The database gauges are computed at each scrape with a few aggregate queries (``job_figures``) and never registered
-in the default REGISTRY, so a scheduler process serving that registry does not report them too. When
-JOBSITE_METRICS_TOKEN is set, a scrape needs ``Authorization: Bearer <token>`` or a staff session.
+in the default REGISTRY, so a scheduler process serving that registry does not report them too. A scrape needs
+``Authorization: Bearer <JOBSITE_METRICS_TOKEN>`` or a staff session, except in the embedded default with no token
+or when JOBSITE_METRICS_PUBLIC opens it (``jobsite.security.metrics_refusal``).
 
 This module must not import the scheduler: the web app's metrics of the scheduler come only through the REGISTRY.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
@@ -25,6 +24,8 @@ from django.views.decorators.http import require_safe
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
+
+from jobsite.security import metrics_refusal
 
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
 from .models import Group, Job
@@ -124,21 +125,17 @@ class _Scrape:
 
 
 def _forbidden(request: HttpRequest) -> HttpResponse | None:
-    """None when the request may scrape; else the 401 or 403 to answer."""
-    token = settings.JOBSITE_METRICS_TOKEN
-    if not token:
-        return None
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    given = given.strip()
-    if scheme.lower() == "bearer" and given and hmac.compare_digest(given.encode(), token.encode()):
-        return None
+    """None when the request may scrape; else the 401 or 403 to answer (``jobsite.security.metrics_refusal``)."""
     user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        if user.is_staff:
-            return None
-        return HttpResponse("metrics are for staff or a bearer token\n", status=403, content_type="text/plain")
-    response = HttpResponse("a bearer token is required\n", status=401, content_type="text/plain")
-    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    authenticated = bool(user is not None and user.is_authenticated)
+    refusal = metrics_refusal(request.headers.get("Authorization", ""), authenticated=authenticated,
+                              staff=authenticated and user.is_staff)
+    if refusal is None:
+        return None
+    status, text = refusal
+    response = HttpResponse(text, status=status, content_type="text/plain")
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
     return response
 
 

@@ -295,3 +295,20 @@ class SubmitKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} → #{self.job_id}"
+
+
+class LoginFailure(models.Model):
+    """Failed logins of one username from one client address within a window (``jobs.api.auth``). Kept in the
+    database, which only jobsite's own role can write, and never in Redis: nothing a job might reach can read,
+    reset or raise the counts. ``key`` is an HMAC of the username and the address under ``SECRET_KEY``, so the
+    table holds neither."""
+
+    key = models.CharField(max_length=64, unique=True)
+    failures = models.PositiveIntegerField(default=0)
+    window_ends_at = models.DateTimeField(help_text="The window starts at the first failure; later ones keep it.")
+
+    class Meta:
+        indexes = [models.Index(fields=["window_ends_at"], name="loginfailure_window_ends")]
+
+    def __str__(self) -> str:
+        return f"{self.failures} until {self.window_ends_at:%Y-%m-%d %H:%M:%S}"

@@ -33,6 +33,7 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.utils import timezone
 
+from . import channel_auth
 from .choices import Phase
 from .state_machine import color_for, color_name
 
@@ -154,11 +155,10 @@ def change_messages(items: list[dict[str, Any]]) -> list[tuple[str, dict[str, An
     by_group: dict[str, list[dict[str, Any]]] = {}
     for item in items:
         by_group.setdefault(group_channel(item["group_id"]), []).append(item)
-    sends = [(name, {"type": "jobs.changed", "group": name, "items": rows}) for name, rows in by_group.items()]
-    if items:
-        sends.append((GROUP_ALL, {"type": "jobs.changed", "group": GROUP_ALL, "items": items}))
-    sends.append((UTILISATION, {"type": "jobs.changed", "group": UTILISATION, "items": []}))
-    return sends
+    sends = [(name, rows) for name, rows in by_group.items()] + ([(GROUP_ALL, items)] if items else [])
+    sends.append((UTILISATION, []))
+    # Signed (jobs.channel_auth): the hubs drop whatever else arrives on their channel.
+    return [(name, channel_auth.sign({"type": "jobs.changed", "group": name, "items": rows})) for name, rows in sends]
 
 
 def publish_job_changes(job_ids: Iterable[int]) -> None:
@@ -399,6 +399,8 @@ class Hub:
             except Exception as exc:
                 log.warning("live updates: receiving failed (%r); retrying", exc)
                 await asyncio.sleep(1)
+                continue
+            if not channel_auth.accept(message, self.channel):  # unsigned, forged, another installation's, stale
                 continue
             group = message.get("group")
             if message.get("type") != "jobs.changed" or group not in self.joined:

@@ -5,6 +5,7 @@ session cookie; the consumers close anonymous connections. HTTP request bodies o
 refused (413) before Django reads them (``jobsite.limits``).
 """
 
+import logging
 import os
 
 from django.core.asgi import get_asgi_application
@@ -20,6 +21,9 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from jobs.routing import websocket_urlpatterns  # noqa: E402
 from jobsite.limits import BodySizeLimit  # noqa: E402
+from jobsite.security import metrics_access_summary  # noqa: E402
+
+logging.getLogger("jobsite").log(*metrics_access_summary())  # who may read /metrics, said once at start
 
 application = ProtocolTypeRouter(
     {

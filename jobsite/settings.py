@@ -4,6 +4,8 @@ The embedded default needs none of them: SQLite under var/, the in-memory channe
 the scheduler running inside the web process. Production sets DATABASE_URL, REDIS_URL, SECRET_KEY and so on.
 """
 
+import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
@@ -221,8 +223,10 @@ JOBSITE_LEADER_LEASE_SECONDS = env.float("JOBSITE_LEADER_LEASE_SECONDS", default
 JOBSITE_LEADER_RETRY_SECONDS = env.float("JOBSITE_LEADER_RETRY_SECONDS", default=2.0)
 # The scheduler process serves /healthz, /readyz and /metrics on this port (0: off).
 JOBSITE_SCHEDULER_HTTP_PORT = env.int("JOBSITE_SCHEDULER_HTTP_PORT", default=9100)
-# /metrics of the web process: when set, a scraper must send `Authorization: Bearer <token>` (staff sessions may
-# always read it); when empty, /metrics is open to anyone who can reach it.
+# /metrics of the web process and of the scheduler's HTTP port (jobsite.security.metrics_refusal): when set, a scraper
+# must send `Authorization: Bearer <token>` (staff sessions may always read the web's). When empty, /metrics is
+# refused in production (JOBSITE_PRODUCTION) unless JOBSITE_METRICS_PUBLIC opens it to anyone who can reach it;
+# the embedded default leaves it open. `make prod` keeps a token in $JOBSITE_VAR_DIR/metrics-token.
 JOBSITE_METRICS_TOKEN = env.str("JOBSITE_METRICS_TOKEN", default="")
 
 # --- Kubernetes backend (JOBSITE_BACKEND=kubernetes) ---------------------------------------------------------
@@ -242,6 +246,7 @@ JOBSITE_K8S_DEFAULT_TOLERATIONS = env.json("JOBSITE_K8S_DEFAULT_TOLERATIONS", de
 JOBSITE_K8S_DEFAULT_AFFINITY = env.json("JOBSITE_K8S_DEFAULT_AFFINITY", default={})
 # Datasets mounted read-only at /datasets/<name>, as JSON: [{"name": "mnist", "volume": {<a pod volume source>},
 # "groups": ["research"]}] ("groups" optional: every group when absent).
+JOBSITE_METRICS_PUBLIC = env.bool("JOBSITE_METRICS_PUBLIC", default=False)
 JOBSITE_K8S_DATASETS = env.json("JOBSITE_K8S_DATASETS", default=[])
 # Feed the Ready nodes' allocatable GPU/CPU/memory to the admission check (needs `list nodes`, a ClusterRole).
 JOBSITE_K8S_CHECK_CAPACITY = env.bool("JOBSITE_K8S_CHECK_CAPACITY", default=False)
@@ -307,6 +312,7 @@ SPECTACULAR_SETTINGS = {
         "no field is to blame). Jobs and groups of groups you are not in answer 404."
     ),
     "VERSION": "1",
+            # prefix: "jobsite:<installation id>:ws:", set in the security section once SECRET_KEY is settled.
     "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -340,7 +346,25 @@ if JOBSITE_PRODUCTION and (
     )
 SECRET_KEY = SECRET_KEY or EMBEDDED_SECRET_KEY
 
-# The cache holds the failed-login counts: Redis in production (shared by every web process), else this process.
+# One installation among others on the same Redis (whose pub/sub ignores database numbers): its id prefixes every
+# Redis key and channel jobsite uses ("jobsite:<id>:": the channel layer's channels, Celery's keys, the cache) and is
+# part of every signed channel-layer message (jobs.channel_auth), so two installations never hear each other.
+# Default: derived from SECRET_KEY; `make prod` keeps one per installation in $JOBSITE_VAR_DIR/installation-id (its
+# Redis ACL user may touch only keys and channels under that prefix).
+JOBSITE_INSTALLATION_ID = env.str("JOBSITE_INSTALLATION_ID", default="") or hmac.new(
+    SECRET_KEY.encode(), b"jobsite.installation-id", hashlib.sha256).hexdigest()[:12]
+if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", JOBSITE_INSTALLATION_ID):
+    raise ImproperlyConfigured("JOBSITE_INSTALLATION_ID must be 1 to 40 letters, digits, '-' or '_'.")
+JOBSITE_REDIS_PREFIX = f"jobsite:{JOBSITE_INSTALLATION_ID}:"
+if REDIS_URL:
+    CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = JOBSITE_REDIS_PREFIX + "ws:"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": JOBSITE_REDIS_PREFIX + "celery:"}
+# A signed channel-layer message sent longer ago than this (or this far ahead of the receiver's clock) is dropped as
+# stale: a message recorded off the wire cannot put an old row back on a page later.
+JOBSITE_CHANNEL_MESSAGE_MAX_AGE_SECONDS = env.float("JOBSITE_CHANNEL_MESSAGE_MAX_AGE_SECONDS", default=60.0)
+
+# Nothing of jobsite's own state lives in the cache (the failed-login counts are rows of the database: jobs.api.auth);
+# Redis in production, under the installation's prefix.
 if REDIS_URL and not JOBSITE_TESTING:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": "jobsite"}}

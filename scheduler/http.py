@@ -1,6 +1,7 @@
 """The scheduler process's own small HTTP server (JOBSITE_SCHEDULER_HTTP_PORT): /metrics, /healthz, /readyz.
 
-- ``/metrics``: prometheus_client's default REGISTRY (the scheduler's metrics), no authentication;
+- ``/metrics``: prometheus_client's default REGISTRY (the scheduler's metrics), for ``Authorization: Bearer
+  <JOBSITE_METRICS_TOKEN>`` (in production; or anyone with JOBSITE_METRICS_PUBLIC): ``jobsite.security``;
 - ``/healthz``: 200 while the loop beats (``health.beat()``) at least every max(30 s, 10 × the scheduler interval),
   and during the first 60 s after start; 503 otherwise (liveness: a wedged loop gets the pod restarted);
 - ``/readyz``: 200 ``{"leader": true|false}``: a standby is ready too.
@@ -16,6 +17,8 @@ from urllib.parse import urlsplit
 
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
+
+from jobsite.security import metrics_access_summary, metrics_refusal
 
 from . import health
 
@@ -61,7 +64,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _respond(self, with_body: bool) -> None:
         path = urlsplit(self.path).path
         try:
-            if path == "/metrics":
+            refusal = metrics_refusal(self.headers.get("Authorization") or "") if path == "/metrics" else None
+            if refusal is not None:
+                status, content_type, body = refusal[0], "text/plain; charset=utf-8", refusal[1].encode()
+            elif path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
                 status, body = 200, encoder(REGISTRY)
             elif path == "/healthz":
@@ -79,6 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Bearer realm="metrics"')
         self.end_headers()
         if with_body:
             self.wfile.write(body)
@@ -112,6 +120,7 @@ def start_http_server(port: int, addr: str = "0.0.0.0") -> SchedulerHTTPServer:
     server._thread = threading.Thread(target=server.serve_forever, name="scheduler-http", daemon=True)
     server._thread.start()
     log.info("scheduler http: serving /metrics, /healthz and /readyz on %s:%d", addr, server.port)
+    log.log(*metrics_access_summary())
     return server
 
 

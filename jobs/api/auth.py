@@ -4,27 +4,38 @@
   saying so, and the next ``POST /api/v1/auth/token/`` issues a new one.
 - Changing a user's password deletes their token (``revoke_tokens_on_password_change``, connected in
   ``jobs.apps``); ``DELETE /api/v1/auth/token/`` deletes the caller's.
-- Failed logins are counted per username and client address in the cache; after
-  ``JOBSITE_LOGIN_MAX_FAILURES`` within ``JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS`` every login of that username from
-  that address is refused until the window ends (``LockingModelBackend``: the HTML login, the admin and the token
-  endpoint alike). A successful login clears the count.
+- Failed logins are counted per username and client address; after ``JOBSITE_LOGIN_MAX_FAILURES`` within
+  ``JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS`` every login of that username from that address is refused until the
+  window ends (``LockingModelBackend``: the HTML login, the admin and the token endpoint alike). A successful login
+  clears the count.
+
+Where the counts live decides who can tamper with them. They used to be cache keys in Redis, and anything that
+could reach Redis (a job, before jobs lost the network) read them, deleted its own (unlimited guessing) and set
+another user's to 1000 (a lockout). They are now rows of the database (``LoginFailure``): PostgreSQL in production,
+written only through jobsite's own role (a password of the installation, ``jobsite.provision``), with no copy and
+no fallback in Redis, so no Redis client, authenticated or not, can reset or raise them. Each row is keyed by an
+HMAC of the username and the address under ``SECRET_KEY`` (``_failures_key``), so the table tells a reader neither,
+and a row cannot be guessed or forged for a chosen user without the key. A failure is one locked upsert (concurrent
+failures all count); expired rows are deleted as later failures come in.
 """
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
+
+from ..models import LoginFailure
 
 TOO_MANY_ATTEMPTS = "Too many failed login attempts for this user; try again in {wait} seconds."
 
@@ -33,13 +44,13 @@ TOO_MANY_ATTEMPTS = "Too many failed login attempts for this user; try again in 
 
 def _failures_key(request, username: str | None) -> str:
     address = request.META.get("REMOTE_ADDR", "") if request is not None else ""
-    digest = hashlib.sha256(f"{username or ''}\x00{address}".encode()).hexdigest()
-    return f"jobsite:login-failures:{digest}"
+    return salted_hmac("jobsite.login-failures", f"{username or ''}\x00{address}", algorithm="sha256").hexdigest()
 
 
 def login_locked(request, username: str | None) -> bool:
     """Whether this username may not log in from this client now (too many recent failures)."""
-    return (cache.get(_failures_key(request, username)) or 0) >= settings.JOBSITE_LOGIN_MAX_FAILURES
+    return LoginFailure.objects.filter(key=_failures_key(request, username), window_ends_at__gt=timezone.now(),
+                                       failures__gte=settings.JOBSITE_LOGIN_MAX_FAILURES).exists()
 
 
 def login_lock_seconds() -> int:
@@ -47,13 +58,24 @@ def login_lock_seconds() -> int:
 
 
 def _login_failed(request, username: str | None) -> None:
-    key = _failures_key(request, username)
-    # The window starts at the first failure; later failures do not extend it.
-    cache.add(key, 0, timeout=settings.JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS)
-    try:
-        cache.incr(key)
-    except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=settings.JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS)
+    """Count one failure: a new window starts at the first failure (or the first after the last window ended);
+    later failures within it do not extend it."""
+    key, now = _failures_key(request, username), timezone.now()
+    window_ends_at = now + timedelta(seconds=settings.JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS)
+    LoginFailure.objects.filter(window_ends_at__lte=now).exclude(key=key).delete()  # expired windows
+    for _ in range(2):  # a concurrent first failure may insert the row between our read and our insert
+        try:
+            with transaction.atomic():
+                row = LoginFailure.objects.select_for_update().filter(key=key).first()
+                if row is None:
+                    LoginFailure.objects.create(key=key, failures=1, window_ends_at=window_ends_at)
+                elif row.window_ends_at <= now:
+                    LoginFailure.objects.filter(pk=row.pk).update(failures=1, window_ends_at=window_ends_at)
+                else:
+                    LoginFailure.objects.filter(pk=row.pk).update(failures=F("failures") + 1)
+            return
+        except IntegrityError:
+            continue
 
 
 class LockingModelBackend(ModelBackend):
@@ -68,7 +90,7 @@ class LockingModelBackend(ModelBackend):
         if user is None:
             _login_failed(request, username)
         else:
-            cache.delete(_failures_key(request, username))
+            LoginFailure.objects.filter(key=_failures_key(request, username)).delete()
         return user
 
 

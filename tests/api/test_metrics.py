@@ -4,6 +4,7 @@ configured) and /healthz (jobs/health.py); and that jobs/ reaches no scheduler m
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import subprocess
 import sys
@@ -23,6 +24,14 @@ from jobs.models import Job
 pytestmark = pytest.mark.django_db
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _embedded(settings):
+    """The scrapes read /metrics as the embedded default serves it (open while no token is set); the tests run on
+    PostgreSQL and Redis, which is production, whose rule has tests of its own (``test_production_*``)."""
+    settings.JOBSITE_PRODUCTION = False
+    settings.JOBSITE_METRICS_PUBLIC = False
 
 
 def scrape(client, **headers) -> dict[tuple[str, tuple], float]:
@@ -134,6 +143,43 @@ def test_token_required_when_set(world, client, settings):
     assert client.get("/metrics").status_code == 403  # a session, but not staff
     client.force_login(world.users["admin"])
     assert client.get("/metrics").status_code == 200  # staff session
+
+
+def test_production_without_a_token_refuses_every_scrape_and_says_why(world, client, settings):
+    settings.JOBSITE_PRODUCTION, settings.JOBSITE_METRICS_TOKEN = True, ""
+    response = client.get("/metrics")
+    assert response.status_code == 403
+    assert b"JOBSITE_METRICS_TOKEN" in response.content and b"JOBSITE_METRICS_PUBLIC" in response.content
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 403  # an empty token is no token
+    client.force_login(world.users["bob"])
+    assert client.get("/metrics").status_code == 403
+    client.force_login(world.users["admin"])
+    assert client.get("/metrics").status_code == 200  # staff sessions may always read it
+
+
+def test_production_with_a_token_wants_it(world, client, settings):
+    settings.JOBSITE_PRODUCTION, settings.JOBSITE_METRICS_TOKEN = True, "prod-token"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert ("jobsite_database_up", ()) in scrape(client, HTTP_AUTHORIZATION="Bearer prod-token")
+
+
+def test_production_opened_explicitly(world, client, settings):
+    settings.JOBSITE_PRODUCTION, settings.JOBSITE_METRICS_TOKEN = True, ""
+    settings.JOBSITE_METRICS_PUBLIC = True
+    assert ("jobsite_database_up", ()) in scrape(client)
+
+
+def test_the_start_says_who_may_read_metrics(settings):
+    from jobsite.security import metrics_access_summary
+
+    settings.JOBSITE_PRODUCTION, settings.JOBSITE_METRICS_TOKEN = True, ""
+    level, text = metrics_access_summary()
+    assert level == logging.WARNING and "closed" in text and "JOBSITE_METRICS_TOKEN" in text
+    settings.JOBSITE_METRICS_PUBLIC = True
+    assert "open to anyone" in metrics_access_summary()[1]
+    settings.JOBSITE_METRICS_PUBLIC, settings.JOBSITE_METRICS_TOKEN = False, "t"
+    assert metrics_access_summary() == (logging.INFO, "/metrics needs its bearer token (JOBSITE_METRICS_TOKEN)")
 
 
 def test_only_get_and_head(world, client):

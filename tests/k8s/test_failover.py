@@ -31,6 +31,9 @@ def database_url() -> str:
     return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
+METRICS_TOKEN = "failover-metrics-token"
+
+
 class Scheduler:
     def __init__(self, name: str, k8s, tmp_path: Path):
         self.name = name
@@ -44,6 +47,7 @@ class Scheduler:
             JOBSITE_SCHEDULER_HTTP_PORT=str(self.port), JOBSITE_LOG_ROOT=str(k8s.tmp_logs),
             JOBSITE_SCHEDULER_INTERVAL="0.5",  # the lease as deployed: 8 s, renewed every 2 s
             JOBSITE_K8S_API_RETRY_BASE_SECONDS="0.05",
+            JOBSITE_METRICS_TOKEN=METRICS_TOKEN,  # production: the scheduler's /metrics wants its token
         )
         self.proc = subprocess.Popen([sys.executable, "manage.py", "runscheduler"], cwd=ROOT, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
@@ -100,7 +104,9 @@ def test_the_standby_takes_over_within_15_s_of_a_kill_9_and_runs_new_jobs(submit
 
         # The new leader's /metrics: leadership, its fresh list, the pods it watches, the admission it made.
         def figures() -> dict[str, float]:
-            with urllib.request.urlopen(f"http://127.0.0.1:{b.port}/metrics", timeout=10) as r:
+            request = urllib.request.Request(f"http://127.0.0.1:{b.port}/metrics",
+                                             headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+            with urllib.request.urlopen(request, timeout=10) as r:
                 text = r.read().decode()
             return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                     if line and not line.startswith("#")}

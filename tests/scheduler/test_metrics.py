@@ -58,9 +58,9 @@ class FakeInformer:
         return self._lag
 
 
-def get(url: str) -> tuple[int, dict, bytes]:
+def get(url: str, **headers: str) -> tuple[int, dict, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as resp:
             return resp.status, dict(resp.headers), resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
@@ -240,10 +240,11 @@ def test_dead_or_failing_pods_source_is_skipped():
 # --- the HTTP server ---------------------------------------------------------------------------------------------
 
 
-def test_http_metrics(server):
+def test_http_metrics(server, settings):
+    settings.JOBSITE_METRICS_TOKEN = "sched-token"
     metrics.PASS_SECONDS.observe(0.25)
     metrics.SYNC_SECONDS.observe(0.5)
-    status, headers, body = get(server + "/metrics")
+    status, headers, body = get(server + "/metrics", Authorization="Bearer sched-token")
     assert status == 200
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
     names = {f.name for f in text_string_to_metric_families(body.decode())}
@@ -251,6 +252,20 @@ def test_http_metrics(server):
             "jobsite_admission_latency_seconds"} <= names
     assert b"jobsite_scheduler_pass_seconds_count" in body
     assert get(server + "/nope")[0] == 404
+
+
+def test_http_metrics_needs_its_token_in_production(server, settings):
+    settings.JOBSITE_PRODUCTION, settings.JOBSITE_METRICS_TOKEN, settings.JOBSITE_METRICS_PUBLIC = True, "", False
+    status, _, body = get(server + "/metrics")
+    assert status == 403 and b"JOBSITE_METRICS_TOKEN" in body  # no token set: closed, saying how to open it
+    settings.JOBSITE_METRICS_TOKEN = "sched-token"
+    status, headers, _ = get(server + "/metrics")
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+    assert get(server + "/metrics", Authorization="Bearer wrong")[0] == 401
+    assert get(server + "/metrics", Authorization="Bearer sched-token")[0] == 200
+    assert get(server + "/healthz")[0] == 200 and get(server + "/readyz")[0] == 200  # probes stay open
+    settings.JOBSITE_METRICS_TOKEN, settings.JOBSITE_METRICS_PUBLIC = "", True  # opened explicitly
+    assert get(server + "/metrics")[0] == 200
 
 
 def test_http_healthz_follows_the_beat(server, clock, settings):
