@@ -257,6 +257,10 @@ JOBSITE_K8S_CHECK_CAPACITY = env.bool("JOBSITE_K8S_CHECK_CAPACITY", default=Fals
 JOBSITE_K8S_GANG_SCHEDULING = env.str("JOBSITE_K8S_GANG_SCHEDULING", default="")
 # spec.schedulerName of every job pod; empty: the cluster's default scheduler, or "volcano" with volcano above.
 JOBSITE_K8S_SCHEDULER_NAME = env.str("JOBSITE_K8S_SCHEDULER_NAME", default="")
+# /dev/shm of each replica (a memory-backed emptyDir, counted against its memory limit): this fraction of the
+# instance type's memory, in (0, 1], capped at JOBSITE_K8S_SHM_MAX (a quantity such as "16Gi"; empty: no cap).
+JOBSITE_K8S_SHM_FRACTION = env.float("JOBSITE_K8S_SHM_FRACTION", default=0.5)
+JOBSITE_K8S_SHM_MAX = env.str("JOBSITE_K8S_SHM_MAX", default="")
 # A replica still failing to pull its image this long after its pod started fails the job as FailedImagePull.
 JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS = env.int("JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS", default=120)
 # Seconds between re-deliveries of the watched pods' cache (a full relist only after errors), between reads of the

@@ -8,6 +8,14 @@ the working directory is an emptyDir at /home/jovyan with a size limit, the grou
 /project/<group> and datasets at /datasets/<name>, both linked from the working directory by a small init
 container.
 
+The job is a boundary (DESIGN.md §4). Devices: a pod sees the GPUs the device plugin allocates to its
+``nvidia.com/gpu`` limit and no others; a pod without GPUs gets ``NVIDIA_VISIBLE_DEVICES=void``, so that the NVIDIA
+container runtime injects no device even when the image sets ``NVIDIA_VISIBLE_DEVICES=all`` (as CUDA images do), and
+a job's own ``env`` can name no device (``DEVICE_ENV`` is dropped from it). ``/dev/shm`` is a memory-backed emptyDir
+sized from the instance type (``shm_size_limit``). Network: every attempt gets a NetworkPolicy of its own
+(``build_network_policy``) that lets its pods reach one another and nothing else of the jobs namespace reach them;
+the static policies of deploy/base/networkpolicies.yaml deny the rest.
+
 Every container gets what Pod Security `restricted` asks of it (no privilege escalation, all capabilities dropped,
 the runtime's default seccomp profile); the pod runs as non-root when a user id is configured
 (``PodDefaults.run_as_user``), else as the image's user, which for many GPU images is root: hence the jobs
@@ -25,6 +33,8 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from kubernetes.utils import parse_quantity
 
 from .base import LaunchReplica, LaunchSpec, hostfile_text, replica_launch_env
 
@@ -47,8 +57,16 @@ GPU_RESOURCE = "nvidia.com/gpu"
 TERMINATION_GRACE_SECONDS = 30
 # The pod's own deadline is a backstop for when jobsite is down: jobsite times the job out first.
 DEADLINE_MARGIN_SECONDS = 60
-# Environment the device plugin sets for the container; the scheduler's local GPU ids mean nothing here.
-DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+# What chooses a container's GPUs, dropped from a replica's env: the scheduler's local GPU ids mean nothing here, and
+# the NVIDIA container runtime gives a container the devices NVIDIA_VISIBLE_DEVICES names (a value in the pod spec
+# overrides the device plugin's allocation) and MIG configuration/monitoring rights by the other two. With GPUs the
+# device plugin's allocation stands; without, NO_GPU_ENV. NVIDIA_DRIVER_CAPABILITIES is left to the job: it picks
+# which driver libraries are mounted for the devices the container already has (video, graphics), none more.
+DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES",
+                        "NVIDIA_MIG_MONITOR_DEVICES"})
+# A pod without GPUs: no device and no driver library at all, even on a GPU node whose default runtime is NVIDIA's.
+NO_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
+SHM_VOLUME = "dshm"
 
 
 def pod_name(job_id: int, attempt_number: int, rank: int) -> str:
@@ -56,6 +74,10 @@ def pod_name(job_id: int, attempt_number: int, rank: int) -> str:
 
 
 def service_name(job_id: int, attempt_number: int) -> str:
+    return f"job-{job_id}-{attempt_number}"
+
+
+def network_policy_name(job_id: int, attempt_number: int) -> str:
     return f"job-{job_id}-{attempt_number}"
 
 
@@ -100,6 +122,9 @@ class PodDefaults:
     # Run job containers as this uid/gid (runAsNonRoot); None: as the image's own user, which may be root.
     run_as_user: int | None = None
     run_as_group: int | None = None
+    # /dev/shm of a replica: this fraction of its memory request, at most shm_max bytes (None: no cap).
+    shm_fraction: float = 0.5
+    shm_max: int | None = None
 
     @classmethod
     def from_settings(cls, namespace: str | None = None) -> PodDefaults:
@@ -113,11 +138,20 @@ class PodDefaults:
             datasets=list(settings.JOBSITE_K8S_DATASETS or []),
             run_as_user=_optional_int(settings.JOBSITE_K8S_RUN_AS_USER),
             run_as_group=_optional_int(settings.JOBSITE_K8S_RUN_AS_GROUP),
+            shm_fraction=_shm_fraction(settings.JOBSITE_K8S_SHM_FRACTION),
+            shm_max=int(parse_quantity(settings.JOBSITE_K8S_SHM_MAX)) if settings.JOBSITE_K8S_SHM_MAX else None,
         )
 
 
 def _optional_int(value: Any) -> int | None:
     return None if value in (None, "") else int(value)
+
+
+def _shm_fraction(value: Any) -> float:
+    fraction = float(value)
+    if not 0 < fraction <= 1:
+        raise ImproperlyConfigured(f"JOBSITE_K8S_SHM_FRACTION must be in (0, 1], not {value!r}")
+    return fraction
 
 
 # What Pod Security `restricted` requires of every container; none of it stops an ordinary training job.
@@ -184,6 +218,31 @@ def resources(request: dict[str, int]) -> dict[str, dict[str, str]]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
+def shm_size_limit(request: dict[str, int], defaults: PodDefaults) -> str | None:
+    """The sizeLimit of a replica's /dev/shm, in bytes: ``shm_fraction`` of its memory request, at most ``shm_max``.
+
+    Pages of a memory-backed emptyDir count against the container's memory limit, so a fraction below 1 leaves the
+    job room for its processes; the kubelet evicts a pod whose /dev/shm outgrows the limit. No memory request: the
+    cap, or None (the kubelet then sizes the tmpfs by the pod's memory limit or the node's memory).
+    """
+    memory = int(request.get("memory") or 0)
+    sizes = [int(memory * defaults.shm_fraction)] if memory else []
+    if defaults.shm_max is not None:
+        sizes.append(defaults.shm_max)
+    return str(max(min(sizes), 1)) if sizes else None
+
+
+def shm_volume_source(request: dict[str, int], defaults: PodDefaults) -> dict[str, Any]:
+    limit = shm_size_limit(request, defaults)
+    return {"medium": "Memory", **({"sizeLimit": limit} if limit else {})}
+
+
+def device_env(env: dict[str, str], gpus: int) -> dict[str, str]:
+    """A replica's env without what chooses devices (``DEVICE_ENV``); a pod without GPUs gets ``NO_GPU_ENV`` last."""
+    result = {k: v for k, v in env.items() if k not in DEVICE_ENV}
+    return result if gpus > 0 else {**result, **NO_GPU_ENV}
+
+
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -215,6 +274,33 @@ def build_service(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, Any] | N
     }
 
 
+def build_network_policy(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, Any]:
+    """The attempt's NetworkPolicy: its pods accept traffic from, and send it to, the attempt's own pods only.
+
+    Policies add up: what else reaches a job pod, or leaves it, is what the static policies of the jobs namespace
+    allow (deploy/base/networkpolicies.yaml: no ingress but the site's proxy; DNS and the internet out). A static
+    policy cannot say "a pod of the same job", hence one per attempt, created before its pods and deleted with them.
+    An attempt rather than a job: the pods of an attempt being replaced never meet those of the next.
+    """
+    labels = attempt_labels(spec.job_id, spec.attempt_number)
+    same_attempt = [{"podSelector": {"matchLabels": dict(labels)}}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": network_policy_name(spec.job_id, spec.attempt_number),
+            "namespace": defaults.namespace,
+            "labels": dict(labels),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": dict(labels)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": copy.deepcopy(same_attempt)}],
+            "egress": [{"to": copy.deepcopy(same_attempt)}],
+        },
+    }
+
+
 def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *, now: datetime) -> dict[str, Any]:
     name = pod_name(spec.job_id, spec.attempt_number, replica.rank)
     labels = {**attempt_labels(spec.job_id, spec.attempt_number), LABEL_REPLICA: str(replica.rank)}
@@ -225,19 +311,19 @@ def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *
     annotations[HOSTFILE_ANNOTATION] = hostfile_text(hosts, gpus=int(spec.request.get("gpu", 0)))
 
     env = replica_launch_env(spec, replica, master_addr=hosts[0], master_port=MASTER_PORT, hostfile=HOSTFILE_PATH)
-    env = {k: v for k, v in env.items() if k not in DEVICE_ENV}
+    env = device_env(env, int(spec.request.get("gpu", 0)))
     multi = len(spec.replicas) > 1
 
     volumes: list[dict] = [
         {"name": "workdir", "emptyDir": {"sizeLimit": defaults.workdir_size}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": SHM_VOLUME, "emptyDir": shm_volume_source(spec.request, defaults)},
         {"name": "hostfile", "downwardAPI": {"items": [{
             "path": "hostfile", "fieldRef": {"fieldPath": f"metadata.annotations['{HOSTFILE_ANNOTATION}']"},
         }]}},
     ]
     mounts: list[dict] = [
         {"name": "workdir", "mountPath": WORKDIR},
-        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
         {"name": "hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True},
     ]
     links: list[tuple[str, str]] = []

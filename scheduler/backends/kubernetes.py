@@ -1,22 +1,25 @@
 """The Kubernetes backend: one pod per replica through the official client, kept true by list+watch.
 
-- launch: the attempt's PodGroup (multi-replica, with JOBSITE_K8S_GANG_SCHEDULING: ``k8s_gang``), headless Service
-  (multi-replica) and pods, built by ``k8s_manifest``, in that order; transient API errors (5xx, 429, timeouts)
-  are retried with backoff, 409 AlreadyExists means it was already created, any other 4xx is a ``LaunchError``.
+- launch: the attempt's PodGroup (multi-replica, with JOBSITE_K8S_GANG_SCHEDULING: ``k8s_gang``), NetworkPolicy,
+  headless Service (multi-replica) and pods, built by ``k8s_manifest``, in that order; transient API errors (5xx,
+  429, timeouts) are retried with backoff, 409 AlreadyExists means it was already created, any other 4xx is a
+  ``LaunchError`` (a cluster refusing the NetworkPolicy fails the launch: no job pod runs unisolated).
   A launch cut short by an API outage is retried by ``observe``.
 - observe: reads an informer's cache of the managed pods (a direct GET when the cache has no answer), maps each
   pod with ``k8s_status.observe_pod``, hands running replicas to the log archiver (``k8s_logs``: new lines only,
   on its own threads) and turns the pods' Kubernetes Events into job events.
 - stop / cleanup / reconcile: always archive what is left of a pod's log before deleting it; the attempt's Service
-  and PodGroup go with its pods. ``reconcile`` (the leader's sync, every JOBSITE_K8S_RESYNC_SECONDS) deletes managed
-  pods, services and (gang scheduling on) PodGroups of no live attempt.
+  and PodGroup go with its pods, its NetworkPolicy once they are gone (cleanup, or reconcile after a stop: pods in
+  their grace period still reach each other). ``reconcile`` (the leader's sync, every JOBSITE_K8S_RESYNC_SECONDS)
+  deletes managed pods, services, NetworkPolicies and (gang scheduling on) PodGroups of no live attempt.
 - nodes: the Ready nodes' allocatable GPUs/CPU/memory, read by a thread of their own when
   JOBSITE_K8S_CHECK_CAPACITY is on (none when it is off): asking never waits on the API.
 
 Only the scheduler process builds this backend; the leader starts its watches (``start``), a standby stops them
 (``close``).
 
-The verbs it uses are listed in ``RBAC_RULES``; deploy/base/rbac.yaml grants exactly those (a test checks both).
+The verbs it uses are listed in ``RBAC_RULES`` and ``NETWORK_RBAC_RULES``; deploy/base/rbac.yaml grants exactly
+those (a test checks both).
 With gang scheduling on it also calls ``GANG_RBAC_RULES`` in the PodGroup's API group, which
 deploy/components/gang-<mode> grants.
 """
@@ -25,20 +28,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import urllib3
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from jobs.logs import replica_log_path
@@ -46,6 +46,8 @@ from scheduler import metrics
 from scheduler.core import Node
 
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
+from .k8s_api import KubernetesUnavailable, api_message, call, load_api_client, parse_quantity
+from .k8s_events import events_record, fresh_events, is_job_pod_event
 from .k8s_gang import GangSettings, build_podgroup, gang_pods, podgroup_name
 from .k8s_informer import Informer
 from .k8s_logs import LogArchiver
@@ -57,7 +59,9 @@ from .k8s_manifest import (
     PodDefaults,
     attempt_of,
     build_attempt,
+    build_network_policy,
     is_managed,
+    network_policy_name,
     pod_name,
     service_name,
 )
@@ -72,6 +76,9 @@ RBAC_RULES: dict[str, frozenset[str]] = {
     "services": frozenset({"create", "list", "delete"}),
     "events": frozenset({"list", "watch"}),
 }
+# Every attempt's NetworkPolicy (k8s_manifest.build_network_policy), in the jobs namespace: the same Role.
+NETWORK_API_GROUP = "networking.k8s.io"
+NETWORK_RBAC_RULES: dict[str, frozenset[str]] = {"networkpolicies": frozenset({"create", "list", "delete"})}
 # Only with JOBSITE_K8S_GANG_SCHEDULING, in the jobs namespace and the API group of its PodGroups
 # (k8s_gang.APIS[mode].group): a Role of its own (deploy/components/gang-coscheduling, gang-volcano).
 GANG_RBAC_RULES: dict[str, frozenset[str]] = {"podgroups": frozenset({"create", "list", "delete"})}
@@ -80,57 +87,6 @@ CAPACITY_RBAC_RULES: dict[str, frozenset[str]] = {"nodes": frozenset({"list"})}
 # Leader election (scheduler.leader): the scheduler's Lease, in the control plane's own namespace.
 LEASE_API_GROUP = "coordination.k8s.io"
 LEASE_RBAC_RULES: dict[str, frozenset[str]] = {"leases": frozenset({"get", "create", "patch"})}
-
-REQUEST_TIMEOUT = (10, 60)  # connect, read (seconds)
-
-
-class KubernetesUnavailable(Exception):
-    """The API server kept failing (5xx, 429, network) through every retry."""
-
-
-def load_api_client() -> client.ApiClient:
-    """The in-cluster service account inside a pod, else KUBECONFIG (or ~/.kube/config)."""
-    configuration = client.Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        # Read KUBECONFIG now (the client reads it once, at import); it may list several files.
-        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration)
-    # urllib3 would wait out a Retry-After (429/503) inside the request, in the caller's thread: the backend's own
-    # retries decide instead (and never in the admission thread).
-    configuration.retries = urllib3.Retry(total=2, status=0, redirect=0, respect_retry_after_header=False)
-    return client.ApiClient(configuration)
-
-
-def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
-        return exc.status in (0, None, 429) or exc.status >= 500
-    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
-
-
-def retry_after(exc: BaseException, cap: float = 60.0) -> float:
-    """Seconds a 429/503 answer asks us to wait (its Retry-After header, in seconds), else 0."""
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        return min(float(headers.get("Retry-After", 0)), cap)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def api_message(exc: ApiException) -> str:
-    """The Status message of an API error, else its reason."""
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    return str(body.get("message") or exc.reason or exc.status)
-
-
-def parse_quantity(value: Any) -> float:
-    from kubernetes.utils import parse_quantity as parse
-
-    return float(parse(str(value)))
-
 
 class KubernetesBackend:
     name = "kubernetes"
@@ -179,29 +135,17 @@ class KubernetesBackend:
         return client.CoreV1Api(self.api_client)
 
     @cached_property
+    def networking(self) -> client.NetworkingV1Api:
+        return client.NetworkingV1Api(self.api_client)
+
+    @cached_property
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
 
     def _call(self, fn: Callable[..., Any], *args: Any, retries: int | None = None, **kwargs: Any) -> Any:
         """Call the API, retrying transient failures with doubling backoff; other errors are raised at once."""
-        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-        retries = self.retries if retries is None else retries
-        delay = self.retry_base
-        for attempt in range(retries + 1):
-            try:
-                return fn(*args, **kwargs)
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-                metrics.api_error(getattr(fn, "__name__", str(fn)), metrics.api_error_code(exc))
-                if not is_transient(exc):
-                    raise
-                if attempt == retries:
-                    raise KubernetesUnavailable(f"{getattr(fn, '__name__', fn)}: {_describe(exc)}") from exc
-                wait = max(delay, retry_after(exc))
-                log.warning("Kubernetes API %s failed (%s); retry %d/%d in %.1f s", getattr(fn, "__name__", fn),
-                            _describe(exc), attempt + 1, retries, wait)
-                time.sleep(wait)
-                delay = min(delay * 2, 30.0)
-        raise AssertionError("unreachable")
+        return call(fn, *args, retries=self.retries if retries is None else retries, retry_base=self.retry_base,
+                    **kwargs)
 
     def _delete(self, fn: Callable[..., Any], name: str, **kwargs: Any) -> bool:
         """Delete, treating 404 as done. True if something was deleted."""
@@ -227,7 +171,7 @@ class KubernetesBackend:
                 )
                 self._events = Informer(
                     name="events", list_func=self.core.list_namespaced_event, namespace=self.namespace,
-                    list_kwargs={"field_selector": "involvedObject.kind=Pod"}, accept=_is_job_pod_event,
+                    list_kwargs={"field_selector": "involvedObject.kind=Pod"}, accept=is_job_pod_event,
                     index=lambda e: (e.get("involvedObject") or {}).get("name"), **common,
                 )
                 metrics.register_informer(self._pods)
@@ -321,6 +265,7 @@ class KubernetesBackend:
         service, pods = build_attempt(spec, self.defaults, now=timezone.now())
         pods = gang_pods(spec, pods, self.gang)
         podgroup = build_podgroup(spec, pods, self.gang, namespace=self.namespace)
+        policy = build_network_policy(spec, self.defaults)
         creating = "pods"
         try:
             api = self.gang.api
@@ -328,6 +273,8 @@ class KubernetesBackend:
                 creating = f"PodGroup ({api.api_version})"
                 self._create(self.custom.create_namespaced_custom_object, podgroup, retries,
                              args=(api.group, api.version, self.namespace, api.plural))
+            creating = "NetworkPolicy"  # before the pods: they never run unisolated, and find each other at once
+            self._create(self.networking.create_namespaced_network_policy, policy, retries)
             creating = "pods"
             if service is not None:
                 self._create(self.core.create_namespaced_service, service, retries)
@@ -336,7 +283,7 @@ class KubernetesBackend:
         except ApiException as exc:  # rejected (422 invalid, 403 forbidden or over a ResourceQuota, ...)
             self._unlaunched.pop(key, None)
             try:
-                self._delete_attempt(spec.job_id, spec.attempt_number, len(spec.replicas), force=True)
+                self._delete_attempt(spec.job_id, spec.attempt_number, len(spec.replicas), force=True, policy=True)
             except Exception:
                 log.exception("could not remove what was created of job %s attempt %s", *key)
             raise LaunchError(f"Kubernetes rejected the {creating} of attempt {spec.attempt_number}: "
@@ -349,6 +296,7 @@ class KubernetesBackend:
             "namespace": self.namespace,
             "pods": [p["metadata"]["name"] for p in pods],
             "service": service["metadata"]["name"] if service else "",
+            "networkpolicy": policy["metadata"]["name"],
         }
         if podgroup is not None:
             data["podgroup"] = podgroup["metadata"]["name"]
@@ -370,7 +318,7 @@ class KubernetesBackend:
         self._delete_attempt(job_id, attempt_number, replicas, force=force, archive=True)
 
     def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
-        self._delete_attempt(job_id, attempt_number, replicas, force=False, archive=True)
+        self._delete_attempt(job_id, attempt_number, replicas, force=False, archive=True, policy=True)
         for rank in range(replicas):
             name = pod_name(job_id, attempt_number, rank)
             self.archiver.forget(name)
@@ -378,7 +326,11 @@ class KubernetesBackend:
                 self._log_final.discard(name)
 
     def _delete_attempt(self, job_id: int, attempt_number: int, replicas: int, *, force: bool,
-                        archive: bool = False) -> None:
+                        archive: bool = False, policy: bool = False) -> None:
+        """Delete the pods (their logs archived first with ``archive``), the Service and the PodGroup; with ``policy``
+        the NetworkPolicy too. A stop keeps the policy: pods in their grace period may still be finishing a
+        collective or a checkpoint with each other; the leader's ``reconcile`` deletes it once the attempt has
+        ended (and ``cleanup`` with the ended pods)."""
         grace = 0 if force else TERMINATION_GRACE_SECONDS
         for rank in range(replicas):
             name = pod_name(job_id, attempt_number, rank)
@@ -389,6 +341,8 @@ class KubernetesBackend:
             self._delete(self.core.delete_namespaced_service, service_name(job_id, attempt_number))
             if self.gang.gangs(replicas):
                 self._delete_podgroup(podgroup_name(job_id, attempt_number))
+        if policy:
+            self._delete(self.networking.delete_namespaced_network_policy, network_policy_name(job_id, attempt_number))
 
     def _delete_podgroup(self, name: str) -> bool:
         """Delete a PodGroup of the configured API, treating 404 as done. True if something was deleted."""
@@ -503,45 +457,17 @@ class KubernetesBackend:
         informer = self._events
         if informer is None or not informer.synced.is_set():
             return
-        fresh = []
-        for rank, name in enumerate(names):
-            for ev in informer.indexed(name):
-                count = int(ev.get("count") or (ev.get("series") or {}).get("count") or 1)
-                key = ((ev.get("metadata") or {}).get("uid") or (ev.get("metadata") or {}).get("name") or "", count)
-                with self._state_lock:
-                    if key in self._seen_events:
-                        continue
-                fresh.append((key, rank, count, ev))
-        if not fresh:
-            return
-        from django.db import transaction
-
-        from jobs.models import Attempt, JobEvent
-        from jobs.services import event_record
-
-        attempt = Attempt.objects.select_related("job").filter(job_id=job_id, number=attempt_number).first()
-        if attempt is None:
-            return
-        fresh.sort(key=lambda item: _event_time(item[3]))
-        with transaction.atomic():
-            for _key, rank, count, ev in fresh:
-                reason = str(ev.get("reason") or "Event")[:60]
-                message = str(ev.get("message") or "").strip()
-                if len(names) > 1:
-                    message = f"replica {rank}: {message}"
-                if count > 1:
-                    message += f" (x{count})"
-                kind = "Warning" if ev.get("type") == "Warning" else "Normal"
-                # The in-memory set is lost on restart; the table is not.
-                if not JobEvent.objects.filter(job_id=job_id, attempt=attempt, reason=reason, message=message).exists():
-                    event_record(job=attempt.job, attempt=attempt, reason=reason, message=message, type=kind)
         with self._state_lock:
-            self._seen_events.update(key for key, *_ in fresh)
+            seen = set(self._seen_events)
+        fresh = fresh_events(informer, names, seen)
+        if fresh and events_record(job_id=job_id, attempt_number=attempt_number, replicas=len(names), fresh=fresh):
+            with self._state_lock:
+                self._seen_events.update(key for key, *_ in fresh)
 
     # --- reconcile -----------------------------------------------------------------------------------------
 
     def reconcile(self) -> list[str]:
-        """Delete managed pods, services and PodGroups that belong to no live attempt (logs archived first).
+        """Delete managed pods, services, NetworkPolicies and PodGroups of no live attempt (logs archived first).
 
         Live: the current attempt of a job holding resources (PREPARING, RUNNING, TERMINATING, UNKNOWN). The objects
         are read before the database, so one launched meanwhile always finds its (committed) attempt. PodGroups are
@@ -554,6 +480,9 @@ class KubernetesBackend:
         data = json.loads(self._call(self.core.list_namespaced_service, self.namespace, label_selector=SELECTOR,
                                      _preload_content=False).data or b"{}")
         services = [s for s in data.get("items") or [] if is_managed(s)]
+        data = json.loads(self._call(self.networking.list_namespaced_network_policy, self.namespace,
+                                     label_selector=SELECTOR, _preload_content=False).data or b"{}")
+        policies = [p for p in data.get("items") or [] if is_managed(p)]
         podgroups = self._managed_podgroups()
         live = set(
             Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"), backend=self.name)
@@ -572,13 +501,15 @@ class KubernetesBackend:
                 deleted.append(name)
             if self._pods is not None:
                 self._pods.remove(name)
-        for svc in services:
-            owner = attempt_of(svc)
-            if owner is not None and owner[:2] in live:
-                continue
-            name = svc["metadata"]["name"]
-            if self._delete(self.core.delete_namespaced_service, name):
-                deleted.append(name)
+        for kind, objects, delete in (("service", services, self.core.delete_namespaced_service),
+                                      ("networkpolicy", policies, self.networking.delete_namespaced_network_policy)):
+            for obj in objects:
+                owner = attempt_of(obj)
+                if owner is not None and owner[:2] in live:
+                    continue
+                name = obj["metadata"]["name"]
+                if self._delete(delete, name):
+                    deleted.append(name if kind == "service" else f"{kind}/{name}")
         for group in podgroups:
             owner = attempt_of(group)
             if owner is not None and owner[:2] in live:
@@ -607,19 +538,3 @@ class KubernetesBackend:
                                      self.namespace, api.plural, label_selector=SELECTOR,
                                      _preload_content=False).data or b"{}")
         return [g for g in data.get("items") or [] if is_managed(g)]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"{exc.status} {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _is_job_pod_event(ev: dict) -> bool:
-    obj = ev.get("involvedObject") or {}
-    return obj.get("kind") == "Pod" and str(obj.get("name", "")).startswith("job-")
-
-
-def _event_time(ev: dict) -> str:
-    return str(ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp")
-               or (ev.get("metadata") or {}).get("creationTimestamp") or "")

@@ -52,8 +52,9 @@ MARKER = "JOBSITE_NETNS"
 READY_SECONDS = 30.0
 TUN = "/dev/net/tun"
 SLIRP_MISSING = (
-    f"slirp4netns was not found, or this user may not open {TUN}: jobs run with loopback only (JOBSITE_LOCAL_JOB_NETWORK=none), without the "
-    "internet or package registries. Install it (Debian: apt-get install slirp4netns) for outbound access."
+    f"slirp4netns was not found, or this user may not open {TUN}: jobs run with loopback only "
+    "(JOBSITE_LOCAL_JOB_NETWORK=none), without the internet or package registries. Install it (Debian: apt-get "
+    "install slirp4netns) for outbound access."
 )
 
 # The holder: loopback up, the prohibited routes (its arguments), "ready", then it waits for end-of-file on stdin.

@@ -81,6 +81,8 @@ class Emulator(kmock.KubernetesEmulator):
         for plural, kind, namespaced in [("pods", "Pod", True), ("services", "Service", True),
                                          ("events", "Event", True), ("nodes", "Node", False)]:
             self.resources[f"v1/{plural}"] = kmock.ResourceInfo(kind=kind, namespaced=namespaced)
+        self.resources["networking.k8s.io/v1/networkpolicies"] = kmock.ResourceInfo(kind="NetworkPolicy",
+                                                                                namespaced=True)
         # The gang schedulers' PodGroups (custom resources, as if their CRDs were installed): kmock stores objects
         # of any API group it is sent, but lists only resources it knows.
         for group_version in ("scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"):

@@ -88,7 +88,7 @@ def test_gpu_job_runs_to_success_with_events_and_a_log_that_outlives_the_pod(sub
 
     # The pod of a finished job belongs to no live attempt: reconcile archives its log and deletes it.
     k8s.emu.logs[(NAMESPACE, name)] = "epoch 1\nepoch 2\ndone\nbye\n"
-    assert backend().reconcile() == [name]
+    assert backend().reconcile() == [name, f"networkpolicy/job-{job.pk}-1"]
     with pytest.raises(client.ApiException) as gone:
         core.read_namespaced_pod(name, NAMESPACE)
     assert gone.value.status == 404
@@ -168,7 +168,7 @@ def test_cancel_deletes_the_pods_and_keeps_the_log(submit, world, core, kubelet,
     assert job.phase == Phase.TERMINATING
     sync_jobs()  # the scheduler stops the pods of a TERMINATING job
     deletes = [p for m, p, q, _ in k8s.emu.journal if m == "DELETE"]
-    assert deletes == [f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"]
+    assert deletes == [f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"]  # its NetworkPolicy outlives it
     with pytest.raises(client.ApiException):
         core.read_namespaced_pod(name, NAMESPACE)
     settle({name: None})
@@ -275,7 +275,9 @@ def test_evicted_pod_fails_the_job(submit, kubelet, run_hooks):
     assert (job.reason, job.message) == ("Evicted", "The node was low on memory.")
 
 
-def test_a_vanished_pod_makes_the_job_unknown(submit, core, kubelet):
+def test_a_vanished_pod_requeues_the_attempt_at_once(submit, core, kubelet):
+    """Deleted by someone else: nothing of it is left, which the API says (a 404), so no node-lost grace is waited
+    out (issue 21): the attempt fails as NodeLost at once and the job goes back to its queue."""
     job = admit_and_launch(submit("bob", "cpu-tiny"))
     name = name_of(job)
     kubelet.running(name)
@@ -285,8 +287,9 @@ def test_a_vanished_pod_makes_the_job_unknown(submit, core, kubelet):
     settle({name: None})
     sync_jobs()
     job.refresh_from_db()
-    assert (job.phase, job.reason) == (Phase.UNKNOWN, "NodeUnresponsive")
-    assert f"pod {name} vanished" in job.message
+    assert (job.phase, job.reason) in ((Phase.TERMINATING, "NodeLost"), (Phase.PENDING, "NodeLost"))
+    assert f"pod {name} vanished; nothing of it is left" in job.message
+    assert not job.events.filter(reason="NodeUnresponsive").exists()
 
 
 def test_lost_node_makes_the_job_unknown(submit, kubelet):

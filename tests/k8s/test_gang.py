@@ -30,7 +30,7 @@ from scheduler.backends.k8s_gang import (
     min_resources,
 )
 from scheduler.backends.k8s_manifest import PodDefaults, build_attempt
-from scheduler.backends.kubernetes import GANG_RBAC_RULES, RBAC_RULES
+from scheduler.backends.kubernetes import GANG_RBAC_RULES, NETWORK_API_GROUP, RBAC_RULES
 from scheduler.passes import schedule_pass
 from scheduler.sync import housekeeping, sync_jobs
 
@@ -201,7 +201,8 @@ def test_the_podgroup_is_created_before_the_pods_and_cancel_deletes_it_with_them
     assert group["spec"].get("scheduleTimeoutSeconds") == (240 if mode == COSCHEDULING else None)
     posts = [p for m, p, q, _ in k8s.emu.journal if m == "POST"]
     assert posts[0] == podgroup_path(mode)  # the group exists before any of its pods
-    assert posts[1:] == [f"/api/v1/namespaces/{NAMESPACE}/services"] + [f"/api/v1/namespaces/{NAMESPACE}/pods"] * 2
+    assert posts[1:] == [f"/apis/{NETWORK_API_GROUP}/v1/namespaces/{NAMESPACE}/networkpolicies",
+                         f"/api/v1/namespaces/{NAMESPACE}/services"] + [f"/api/v1/namespaces/{NAMESPACE}/pods"] * 2
     for name in names:
         pod = core.read_namespaced_pod(name, NAMESPACE)
         assert pod.spec.scheduler_name == "gang-scheduler"
@@ -233,7 +234,8 @@ def test_a_single_replica_job_gets_no_podgroup_even_with_gang_scheduling(gang, s
     gang(VOLCANO)
     job = admit_and_launch(submit("bob", "gpu-1"))
     assert podgroups(custom, VOLCANO) == {}
-    assert not [p for m, p, q, _ in k8s.emu.journal if m == "POST" and p.startswith("/apis/")]
+    assert not [p for m, p, q, _ in k8s.emu.journal if m == "POST" and p.startswith("/apis/")
+                and not p.startswith(f"/apis/{NETWORK_API_GROUP}/")]
     assert core.read_namespaced_pod(name_of(job), NAMESPACE).spec.scheduler_name == "volcano"
 
 
@@ -246,7 +248,8 @@ def test_without_gang_scheduling_no_podgroup_api_is_called(submit, core, k8s, wo
     services.job_cancel(job=job, by=world.users["lin"])
     sync_jobs()
     backend().reconcile()
-    assert not [p for m, p, q, _ in k8s.emu.journal if p.startswith("/apis/")]
+    assert not [p for m, p, q, _ in k8s.emu.journal if p.startswith("/apis/")
+                and not p.startswith(f"/apis/{NETWORK_API_GROUP}/")]
 
 
 def test_a_podgroup_that_already_exists_is_no_failure(gang, submit, core, custom, k8s):
@@ -354,7 +357,7 @@ def test_with_gang_scheduling_the_backend_calls_exactly_the_podgroup_rules_besid
     assert {(r, v) for g, r, v in used if g == group} == {(r, v) for r, verbs in GANG_RBAC_RULES.items()
                                                           for v in verbs}
     assert {(r, v) for g, r, v in used if g == ""} <= {(r, v) for r, verbs in RBAC_RULES.items() for v in verbs}
-    assert {g for g, r, v in used} == {"", group}
+    assert {g for g, r, v in used} == {"", NETWORK_API_GROUP, group}
 
 
 # --- no gang scheduler: requeued whole -------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """The pods and Service an attempt becomes: resources, env, volumes, labels, scheduling, restart policy."""
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import kubernetes_validate
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 from scheduler.backends.base import LaunchReplica, LaunchSpec
 from scheduler.backends.k8s_manifest import (
@@ -76,6 +78,77 @@ def test_cpu_only_pod_has_no_gpu_resource():
     assert resources({"gpu": 0, "cpu": 500, "memory": GIB}) == {
         "requests": {"cpu": "500m", "memory": str(GIB)}, "limits": {"cpu": "500m", "memory": str(GIB)}}
     assert resources({}) == {}
+
+
+# --- devices and /dev/shm: the job is a boundary ---------------------------------------------------------------------
+
+def with_env(spec, extra):
+    """The spec with ``extra`` in every replica's own env, as a job's ``env`` arrives there."""
+    return dataclasses.replace(spec, replicas=[dataclasses.replace(r, env={**r.env, **extra}) for r in spec.replicas])
+
+
+CPU_ONLY = {"gpu": 0, "cpu": 500, "memory": GIB}
+
+
+@pytest.mark.parametrize("request_, job_env, expected", [
+    pytest.param(CPU_ONLY, {}, {"NVIDIA_VISIBLE_DEVICES": "void"}, id="no GPUs: void"),
+    pytest.param(CPU_ONLY, {"NVIDIA_VISIBLE_DEVICES": "all"}, {"NVIDIA_VISIBLE_DEVICES": "void"},
+                 id="no GPUs: the job's 'all' loses"),
+    pytest.param(CPU_ONLY, {"NVIDIA_MIG_CONFIG_DEVICES": "all", "NVIDIA_MIG_MONITOR_DEVICES": "all"},
+                 {"NVIDIA_VISIBLE_DEVICES": "void", "NVIDIA_MIG_CONFIG_DEVICES": None,
+                  "NVIDIA_MIG_MONITOR_DEVICES": None}, id="no GPUs: no MIG rights"),
+    pytest.param({"gpu": 2}, {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+                 {"NVIDIA_VISIBLE_DEVICES": None, "CUDA_VISIBLE_DEVICES": None},
+                 id="GPUs: the device plugin's allocation, no override"),
+    pytest.param({"gpu": 1}, {"NVIDIA_VISIBLE_DEVICES": "void"}, {"NVIDIA_VISIBLE_DEVICES": None},
+                 id="GPUs: not even 'void' from the job"),
+    pytest.param({"gpu": 1}, {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility,video"},
+                 {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility,video", "NVIDIA_VISIBLE_DEVICES": None},
+                 id="GPUs: driver capabilities (libraries, not devices) are the job's"),
+])
+def test_a_pod_gets_the_devices_of_its_gpu_limit_and_a_job_cannot_name_others(request_, job_env, expected):
+    spec = with_env(make_spec(request=request_), job_env)
+    _, [pod] = build_attempt(spec, PodDefaults(namespace="ns"), now=NOW)
+    [c] = pod["spec"]["containers"]
+    names = [e["name"] for e in c["env"]]
+    assert len(names) == len(set(names))  # one value each: no later duplicate can win in the runtime
+    env = env_of(pod)
+    for name, value in expected.items():
+        assert env.get(name) == value, name
+    limits = c.get("resources", {}).get("limits", {})
+    assert limits.get("nvidia.com/gpu") == (str(request_["gpu"]) if request_["gpu"] else None)
+    assert env["LR"] == "0.1" and env["JOB_ID"] == "7"  # the job's other variables are untouched
+
+
+@pytest.mark.parametrize("memory, fraction, cap, size", [
+    pytest.param(64 * GIB, 0.5, None, str(32 * GIB), id="half the memory by default"),
+    pytest.param(GIB, 0.25, None, str(GIB // 4), id="a configured fraction"),
+    pytest.param(64 * GIB, 0.5, 8 * GIB, str(8 * GIB), id="capped"),
+    pytest.param(GIB, 0.5, 8 * GIB, str(GIB // 2), id="under the cap"),
+    pytest.param(0, 0.5, 2 * GIB, str(2 * GIB), id="no memory asked: the cap"),
+    pytest.param(0, 0.5, None, None, id="no memory asked, no cap: the kubelet's default"),
+])
+def test_dev_shm_is_memory_sized_from_the_instance_type(memory, fraction, cap, size):
+    request_ = {"gpu": 1, "cpu": 1000, **({"memory": memory} if memory else {})}
+    defaults = PodDefaults(namespace="ns", shm_fraction=fraction, shm_max=cap)
+    _, [pod] = build_attempt(make_spec(request=request_), defaults, now=NOW)
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    expected = {"medium": "Memory", **({"sizeLimit": size} if size else {})}
+    assert volumes["dshm"] == {"name": "dshm", "emptyDir": expected}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["spec"]["containers"][0]["volumeMounts"]
+    kubernetes_validate.validate(pod, "1.33", strict=True)
+
+
+def test_dev_shm_settings(settings):
+    settings.JOBSITE_K8S_SHM_FRACTION, settings.JOBSITE_K8S_SHM_MAX = 0.25, "16Gi"
+    defaults = PodDefaults.from_settings("ns")
+    assert (defaults.shm_fraction, defaults.shm_max) == (0.25, 16 * GIB)
+    settings.JOBSITE_K8S_SHM_FRACTION, settings.JOBSITE_K8S_SHM_MAX = 0.5, ""
+    assert PodDefaults.from_settings("ns").shm_max is None
+    for bad in (0, 1.5, -0.1):
+        settings.JOBSITE_K8S_SHM_FRACTION = bad
+        with pytest.raises(ImproperlyConfigured, match="JOBSITE_K8S_SHM_FRACTION"):
+            PodDefaults.from_settings("ns")
 
 
 def test_interactive_jobs_restart_in_place():
@@ -177,7 +250,8 @@ def test_launch_creates_the_objects_in_the_namespace_and_is_idempotent(settings,
     backend = KubernetesBackend(emulator.api_client(), namespace=NAMESPACE, log_root=tmp_path)
     spec = make_spec(replicas=2)
     data = backend.launch(spec)
-    assert data == {"namespace": NAMESPACE, "pods": ["job-7-2-0", "job-7-2-1"], "service": "job-7-2"}
+    assert data == {"namespace": NAMESPACE, "pods": ["job-7-2-0", "job-7-2-1"], "service": "job-7-2",
+                    "networkpolicy": "job-7-2"}
     pod = core.read_namespaced_pod("job-7-2-1", NAMESPACE)
     assert pod.metadata.namespace == NAMESPACE
     assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
