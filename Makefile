@@ -91,7 +91,7 @@ test: venv-dev
 FAST_TESTS = tests/jobs tests/test_layering.py tests/scheduler/test_decide.py tests/scheduler/test_reconcile.py \
 	tests/scheduler/test_primehub_examples.py tests/scheduler/test_leader.py tests/scheduler/test_metrics.py \
 	tests/scheduler/test_estimate.py tests/scheduler/test_crash_points.py tests/scheduler/test_admission_heads.py \
-	tests/scheduler/test_sim.py tests/scheduler/test_sandbox.py \
+	tests/scheduler/test_sim.py tests/scheduler/test_sandbox.py tests/scheduler/test_limits.py \
 	tests/k8s/test_status.py tests/k8s/test_manifest.py tests/k8s/test_deploy.py
 
 test-fast: venv-dev

@@ -180,9 +180,6 @@ JOBSITE_LOCAL_SANDBOX_UID = env.int("JOBSITE_LOCAL_SANDBOX_UID", default=65534)
 JOBSITE_LOCAL_SANDBOX_GID = env.int("JOBSITE_LOCAL_SANDBOX_GID", default=65534)
 # Paths every sandboxed job sees read-only besides the system (software, datasets); comma-separated.
 JOBSITE_LOCAL_SANDBOX_PATHS = env.list("JOBSITE_LOCAL_SANDBOX_PATHS", default=[str(BASE_DIR / "examples")])
-# Seconds between SIGTERM and SIGKILL when a job is cancelled.
-JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
-JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)
 # What a sandboxed job's network reaches besides its attempt's own loopback (scheduler/backends/netns.py):
 # "outbound" (the internet through slirp4netns; no address of this machine) or "none" (loopback only).
 JOBSITE_LOCAL_JOB_NETWORK = env.str("JOBSITE_LOCAL_JOB_NETWORK", default="outbound")
@@ -197,6 +194,21 @@ JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS = env.int(
 # An attempt still preparing after this long is requeued (backoff 60 s doubling to 1 h), at most REQUEUE_LIMIT times.
 JOBSITE_PREPARING_TIMEOUT_SECONDS = env.int("JOBSITE_PREPARING_TIMEOUT_SECONDS", default=180)
 JOBSITE_REQUEUE_LIMIT = env.int("JOBSITE_REQUEUE_LIMIT", default=5)
+# Resource limits of each local replica (README "Resource limits", scheduler/backends/limits.py): its instance type's
+# memory (no swap) and CPU through a cgroup of its own. "auto" (each cgroup controller this machine allows, and a
+# warning naming the others), "require" (the scheduler refuses to start while one is missing) or "off".
+JOBSITE_LOCAL_LIMITS = env.str("JOBSITE_LOCAL_LIMITS", default="auto")
+# Processes and threads of one replica (cgroup pids.max): enough for torchrun and DataLoader workers; 0: no limit.
+JOBSITE_LOCAL_PIDS_MAX = env.int("JOBSITE_LOCAL_PIDS_MAX", default=8192)
+# Bytes a replica's working directory may hold (0: no bound): no file may grow past it (RLIMIT_FSIZE) and the
+# supervisor measures the directory every DISK_CHECK_SECONDS, killing the replica once it is over (reason Evicted).
+JOBSITE_LOCAL_DISK_BYTES = env.int("JOBSITE_LOCAL_DISK_BYTES", default=50 * 1024**3)
+JOBSITE_LOCAL_DISK_CHECK_SECONDS = env.float("JOBSITE_LOCAL_DISK_CHECK_SECONDS", default=10.0)
+# A cgroup v2 directory this server may manage (a delegated subtree) to put the replicas' cgroups under; empty: found.
+JOBSITE_LOCAL_CGROUP_PARENT = env.str("JOBSITE_LOCAL_CGROUP_PARENT", default="")
+# Seconds between SIGTERM and SIGKILL when a job is cancelled.
+JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
+JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)
 JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED = env.int("JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED", default=7 * 86400)
 JOBSITE_DEFAULT_BACKOFF_LIMIT = env.int("JOBSITE_DEFAULT_BACKOFF_LIMIT", default=6)
 

@@ -3,8 +3,8 @@
 Layout under JOBSITE_LOCAL_ROOT, one directory per job / attempt / replica:
   work/job-<id>/attempt-<n>/hostfile        the attempt's hostfile (JOB_HOSTFILE), one line per replica
   work/job-<id>/attempt-<n>/replica-<r>/    the working directory (deleted by TTL)
-  state/job-<id>/attempt-<n>/replica-<r>/   launched, runner.pid, child.pid, sandbox.pid, stop, exit_code (read
-                                            back after a restart)
+  state/job-<id>/attempt-<n>/replica-<r>/   launched, runner.pid, child.pid, sandbox.pid, stop, reason, exit_code
+                                            (read back after a restart)
   state/events.sock                         the leading scheduler's Unix datagram socket: each supervisor sends
                                             one datagram after writing its exit code, so the exit is synced at once
   logs/job-<id>/attempt-<n>/replica-<r>.log stdout and stderr (kept)
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import select
@@ -45,7 +46,7 @@ from django.conf import settings
 from jobs.logs import replica_log_path
 from scheduler.core import Node
 
-from . import netns, sandbox
+from . import limits, netns, sandbox
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState, hostfile_text, replica_launch_env
 from .local_runner import (
     MARKER,
@@ -87,13 +88,25 @@ def detect_gpus() -> int | None:
 
 
 def _exited(rank: int, exit_file: Path, present: bool) -> ReplicaObservation | None:
-    """The replica's end from the exit code its supervisor wrote (atomically), timed by the file; None: not yet."""
+    """The replica's end from the exit code its supervisor wrote (atomically), timed by the file; None: not yet.
+    A limit that ended it (the ``reason`` its supervisor wrote before) is told as Kubernetes tells it: OOMKilled is
+    the status of an exit (137); Evicted (its working directory over its bound) a replica that cannot run, until
+    its attempt is stopped (the ``stop`` file): then an exit like any other, as an evicted pod once deleted."""
     try:
         code = int(exit_file.read_text().strip() or 1)
         finished = datetime.fromtimestamp(exit_file.stat().st_mtime, tz=UTC)
     except FileNotFoundError:
         return None
-    return ReplicaObservation(rank, ReplicaState.EXITED, exit_code=code, finished_at=finished, present=present)
+    try:
+        why = json.loads(exit_file.with_name("reason").read_text())
+    except (OSError, ValueError):
+        why = {}
+    reason, message = str(why.get("reason", "")), str(why.get("message", ""))
+    if reason == "Evicted" and not exit_file.with_name("stop").exists():
+        return ReplicaObservation(rank, ReplicaState.FAILED, exit_code=code, status=reason, reason=reason,
+                                  message=message, finished_at=finished, present=present)
+    return ReplicaObservation(rank, ReplicaState.EXITED, exit_code=code, status=reason, reason=reason,
+                              message=message, finished_at=finished, present=present)
 
 
 class _Processes:
@@ -184,6 +197,9 @@ class LocalBackend:
         self.unsandboxed_warning = self.bwrap is None and settings.JOBSITE_LOCAL_SANDBOX != "off"
         # A sandboxed attempt's replicas share a network namespace of their own (netns.py).
         self.network = netns.resolve_mode() if self.bwrap else None
+        # Each replica's memory, CPU, processes and disk (limits.py): refuses to start when required and missing.
+        self.limits = limits.resolve(self.root_id)
+        self.limits.prune()
         # As root, sandboxed processes run as the sandbox's user: they are ours to find and stop all the same.
         self.uids = (settings.JOBSITE_LOCAL_SANDBOX_UID,) if os.geteuid() == 0 else ()
         # Supervisors being started: each forks and its first process exits at once; reaped on later calls.
@@ -311,8 +327,8 @@ class LocalBackend:
             with open(log_file, "a") as f:
                 f.write(f"jobsite: WARNING: {sandbox.MISSING_WARNING}\n")
         argv = [sys.executable, str(RUNNER), "--grace", str(settings.JOBSITE_TERMINATION_GRACE_SECONDS),
-                *options, "--notify", str(self.events_path), str(state), str(log_file), str(work), "--",
-                *command]
+                *options, *self.limits.runner_options(spec, replica.rank), "--notify", str(self.events_path),
+                str(state), str(log_file), str(work), "--", *command]
         self._start_supervisor(argv, env, keep)
 
     def _start_supervisor(self, argv: list[str], env: dict[str, str], keep: tuple[int, ...] = ()) -> None:
@@ -321,6 +337,7 @@ class LocalBackend:
         (the ``launched`` file is written before)."""
         with self._launchers_lock:
             self._launchers = [p for p in self._launchers if p.poll() is None]
+            # Its own session from its first instruction: a kill of the scheduler's process group never takes it.
             self._launchers.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, pass_fds=keep,
                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                                     start_new_session=True))
@@ -407,7 +424,8 @@ class LocalBackend:
         return ReplicaObservation(rank, ReplicaState.STARTING, present=bool(left))
 
     def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
-        """Delete the working and state directories of an attempt (TTL). Logs stay."""
+        """Delete the working and state directories of an attempt (TTL), and its replicas' cgroups. Logs stay."""
+        self.limits.remove(job_id=job_id, attempt_number=attempt_number, replicas=replicas)
         for kind in ("work", "state"):
             job_dir = self.root / kind / f"job-{job_id}"
             shutil.rmtree(job_dir / f"attempt-{attempt_number}", ignore_errors=True)

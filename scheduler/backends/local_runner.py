@@ -1,7 +1,7 @@
 """Supervisor of one replica of the local backend. Standalone: no Django, run as a script.
 
-    python local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] STATE_DIR LOG_FILE WORK_DIR \
-        -- ARGV...
+    python local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] [--limits PLAN] STATE_DIR LOG_FILE \
+        WORK_DIR -- ARGV...
 
 It detaches (fork, new session) so the replica outlives the web server that started it, becomes the child
 subreaper of everything the command starts (orphans are re-parented to it, not to init), then writes into
@@ -23,13 +23,22 @@ With ``--sandboxed UID`` ARGV is a sandbox (bubblewrap, see sandbox.py) around t
 as UID: the runner writes the sandbox's own process to ``sandbox.pid`` (a stop leaves it alone: it ends with the
 command, and everything in the sandbox with it), and copies the command's output into LOG_FILE from a pipe, so
 the command never holds the log file itself.
+
+With ``--limits PLAN`` (a ``cgroups.Plan`` as JSON) the command runs in a cgroup of its own, made before it starts
+and entered between its fork and its exec (so the sandbox and all it starts are in it), with RLIMIT_FSIZE at the
+working directory's bound, which a thread of the supervisor checks every few seconds (``cgroups.DiskWatch``).
+When the replica was ended by the kernel's OOM killer, or for using more disk than its bound, the runner writes
+``reason`` (JSON: reason and message, as Kubernetes says them: ``OOMKilled``, ``Evicted``) before ``exit_code``;
+then it kills whatever is left in the cgroup and removes it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -40,6 +49,11 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    from . import cgroups
+except ImportError:  # run as a script (python local_runner.py): its directory is on sys.path
+    import cgroups  # type: ignore[no-redef]
 
 MARKER = "JOBSITE_REPLICA"
 PR_SET_CHILD_SUBREAPER = 36
@@ -277,8 +291,82 @@ def _copy(src, out) -> None:
         out.write(chunk)
 
 
+class Limiter:
+    """The limits of one replica (``--limits``): its cgroup, RLIMIT_FSIZE, the disk watch, and why it ended."""
+
+    def __init__(self, plan: cgroups.Plan | None, cwd: Path):
+        self.plan, self.cwd = plan, cwd
+        self.cgroup: cgroups.ReplicaCgroup | None = None  # once made
+        self.watch: cgroups.DiskWatch | None = None
+        self.evicted = ""  # the disk watch's message, once it killed the replica
+
+    def create(self, out) -> bool:
+        """Make the replica's cgroup; False when it cannot and limits are required (the command does not run)."""
+        if self.plan is not None and self.plan.warning:
+            out.write(f"jobsite: WARNING: {self.plan.warning}\n".encode())
+        if self.plan is None or not self.plan.parents:
+            return True
+        cgroup = cgroups.ReplicaCgroup(self.plan)
+        try:
+            cgroup.create()
+        except OSError as exc:
+            out.write(f"jobsite: cannot set the replica's resource limits: {exc}\n".encode())
+            cgroup.remove()
+            return not self.plan.required
+        self.cgroup = cgroup
+        return True
+
+    def enter(self) -> None:
+        """In the command, between its fork and its exec."""
+        if self.cgroup is not None:
+            self.cgroup.join()
+        if self.plan is not None and self.plan.limits.disk:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.plan.limits.disk, self.plan.limits.disk))
+
+    def watch_disk(self, marker: str, uids: Collection[int]) -> None:
+        if self.plan is None or not self.plan.limits.disk or self.plan.disk_check_seconds <= 0:
+            return
+        me = (os.getpid(), proc_start_time(os.getpid()))
+        limit = self.plan.limits.disk
+
+        def exceeded(used: int) -> None:  # as the kubelet evicts: at once, no grace period
+            self.evicted = (f"Working directory usage ({cgroups.human(used)}) exceeds its limit of "
+                            f"{cgroups.human(limit)}: the replica was killed")
+            if self.cgroup is not None:
+                self.cgroup.kill()
+            else:
+                send_all([p for p in replica_processes(marker, runner=me, uids=uids) if p.pid != me[0]],
+                         signal.SIGKILL)
+
+        self.watch = cgroups.DiskWatch(self.cwd, limit, self.plan.disk_check_seconds, exceeded)
+        self.watch.start()
+
+    def reason(self, code: int) -> tuple[str, str] | None:
+        """Why the replica ended, when a limit ended it: (reason, message)."""
+        if self.watch is not None:
+            self.watch.stop()
+        if self.evicted:
+            return "Evicted", self.evicted
+        limits = self.plan.limits if self.plan is not None else cgroups.Limits()
+        if self.cgroup is not None and limits.memory and self.cgroup.oom_killed(code):
+            return "OOMKilled", (f"The kernel's OOM killer ended a process of the replica: it used all of its "
+                                 f"memory limit of {cgroups.human(limits.memory)}")
+        if limits.disk and code == cgroups.XFSZ_EXIT:
+            return "Evicted", (f"A file of the replica reached its working directory's limit of "
+                               f"{cgroups.human(limits.disk)} (SIGXFSZ): the replica was killed")
+        return None
+
+    def end(self) -> None:
+        """Kill whatever is left in the cgroup and remove it."""
+        if self.cgroup is not None:
+            self.cgroup.kill(KILL_WAIT_SECONDS)
+            _reap()
+            self.cgroup.remove()
+
+
 def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
-              sandbox_uid: int | None = None, notify_path: Path | None = None) -> int:
+              sandbox_uid: int | None = None, notify_path: Path | None = None,
+              plan: cgroups.Plan | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)  # we stay to kill what is left and record the exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -286,18 +374,26 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
     uids = () if sandbox_uid is None else (sandbox_uid,)
     sandboxed = sandbox_uid is not None
     copier = None
+    limiter = Limiter(plan, cwd)
+    (state / "reason").unlink(missing_ok=True)  # a relaunch in place: the last run's
     write_atomic(state / "runner.pid", f"{os.getpid()} {proc_start_time(os.getpid())}")
     with open(log, "ab", buffering=0) as out, open(os.devnull, "rb") as devnull:
         if (sig := stop_requested(state)) is not None:  # stopped before it started: it never runs
             out.write(b"jobsite: stopped before the command started\n")
             code = 128 + sig
+        elif not limiter.create(out):
+            code = 127
         else:
+            def preexec() -> None:
+                _default_signals()
+                limiter.enter()
+
             try:
                 child = subprocess.Popen(
                     argv, cwd=cwd, stdin=devnull, stdout=subprocess.PIPE if sandboxed else out,
-                    stderr=subprocess.STDOUT, preexec_fn=_default_signals,
+                    stderr=subprocess.STDOUT, preexec_fn=preexec,
                 )
-            except OSError as exc:
+            except (OSError, subprocess.SubprocessError) as exc:
                 out.write(f"jobsite: cannot start the command: {exc}\n".encode())
                 code = 127
             else:
@@ -311,11 +407,16 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
                 write_atomic(state / "child.pid", str(child.pid))
                 if (sig := stop_requested(state)) is not None:  # a stop came while it started: it may have
                     os.kill(child.pid, sig)  # found only us (not reaped yet: the pid is still the child's)
+                limiter.watch_disk(marker, uids)
                 code = child.returncode = _wait(child.pid)
+        reason = limiter.reason(code)
         sweep(marker, grace, uids)
         _reap()
+        limiter.end()
         if copier is not None:  # the sandbox is gone, and all that held the pipe with it
             copier.join(KILL_WAIT_SECONDS)
+    if reason is not None:
+        write_atomic(state / "reason", json.dumps({"reason": reason[0], "message": reason[1]}))
     write_atomic(state / "exit_code", str(code))
     if notify_path is not None:  # after the exit code is there to read: the sync it starts finds it
         notify(notify_path)
@@ -330,18 +431,21 @@ def _become_subreaper() -> None:
         pass
 
 
+USAGE = ("usage: local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] [--limits PLAN] "
+         "STATE LOG CWD -- ARGV...")
+
+
 def main() -> None:
     args = sys.argv[1:]
-    grace, sandbox_uid, notify_path = 10.0, None, None
-    if args[:1] == ["--grace"]:
-        grace, args = float(args[1]), args[2:]
-    if args[:1] == ["--sandboxed"]:
-        sandbox_uid, args = int(args[1]), args[2:]
-    if args[:1] == ["--notify"]:
-        notify_path, args = Path(args[1]), args[2:]
+    options = {"--grace": "10", "--sandboxed": None, "--notify": None, "--limits": None}
+    while args[:1] and args[0] in options and len(args) > 1:  # in any order
+        options[args[0]], args = args[1], args[2:]
     if len(args) < 5 or args[3] != "--":
-        raise SystemExit("usage: local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] "
-                         "STATE LOG CWD -- ARGV...")
+        raise SystemExit(USAGE)
+    grace = float(options["--grace"])
+    sandbox_uid = None if options["--sandboxed"] is None else int(options["--sandboxed"])
+    notify_path = None if options["--notify"] is None else Path(options["--notify"])
+    plan = None if options["--limits"] is None else cgroups.Plan.from_json(options["--limits"])
     state, log, cwd = (Path(a) for a in args[:3])
     argv = args[4:]
     if os.fork() > 0:
@@ -353,7 +457,7 @@ def main() -> None:
     for std in (0, 1, 2):
         os.dup2(fd, std)
     try:
-        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path)
+        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path, plan)
     finally:
         os._exit(0)
 
