@@ -594,20 +594,25 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_q
     return attempt
 
 
+# Why an attempt failed by its own exit, counted against the backoff limit: its command's code (Error), or the kernel
+# killing it over its memory (OOMKilled, exit 137), as a Kubernetes Job counts both.
+EXIT_FAILURES = ("Error", "OOMKilled")
+
+
 def job_retry_or_fail(*, job: Job, exit_code: int | None, reason: str, message: str,
                       now: datetime | None = None) -> Job:
     """An attempt failed: back off and retry while the backoff limit allows, else FAILED."""
     now = now or timezone.now()
     # Earlier attempts that failed by their own exit, plus this one (whose outcome is written below).
-    failures = job.attempts.filter(outcome="Error").exclude(pk=job.current_attempt_id).count() + 1
-    if job.job_type == JobType.TRAINING and failures <= job.backoff_limit and reason == "Error":
+    failures = job.attempts.filter(outcome__in=EXIT_FAILURES).exclude(pk=job.current_attempt_id).count() + 1
+    if job.job_type == JobType.TRAINING and failures <= job.backoff_limit and reason in EXIT_FAILURES:
         delay = rules.retry_delay(failures)
         return job_transition(
             job=job, phase=Phase.BACKOFF, status="Error", reason=reason, exit_code=exit_code, now=now,
             message=f"{message}; retry {failures}/{job.backoff_limit} in {delay} s",
             retry_at=now + timedelta(seconds=delay),
         )
-    if job.job_type == JobType.TRAINING and reason == "Error" and job.backoff_limit:
+    if job.job_type == JobType.TRAINING and reason in EXIT_FAILURES and job.backoff_limit:
         message += f"; no retries left (backoff limit {job.backoff_limit})"
     return job_transition(job=job, phase=Phase.FAILED, status="Fail", reason=reason, message=message,
                           exit_code=exit_code, now=now)

@@ -64,6 +64,7 @@ class JobView:
     phase: str
     status: str = ""
     message: str = ""
+    reason: str = ""
     job_type: str = JobType.TRAINING
     terminating_since: datetime | None = None
     admitted_at: datetime | None = None
@@ -146,6 +147,7 @@ class RetryOrFail:
     exit_code: int | None
     message: str
     failed_rank: int | None = None
+    reason: str = "Error"  # or OOMKilled: the failing replica was over its memory
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class Fate:
     rank: int | None = None
     exit_code: int | None = None
     message: str = ""
+    reason: str = ""  # of a failure: "Error", or "OOMKilled" when the first failed replica was over its memory
 
 
 def attempt_fate(seen: list[ReplicaObservation]) -> Fate:
@@ -178,7 +181,8 @@ def attempt_fate(seen: list[ReplicaObservation]) -> Fate:
     failed = [o for o in seen if o.state == S.EXITED and o.exit_code != 0]
     if failed:
         first = min(failed, key=lambda o: (o.finished_at is None, o.finished_at or datetime.min, o.rank))
-        return Fate(failed=True, rank=first.rank, exit_code=first.exit_code, message=exit_message(first, len(seen)))
+        return Fate(failed=True, rank=first.rank, exit_code=first.exit_code, message=exit_message(first, len(seen)),
+                    reason="OOMKilled" if first.status == "OOMKilled" else "Error")
     if seen and all(o.state == S.EXITED for o in seen):
         return Fate(succeeded=True, exit_code=0)
     return Fate()
@@ -227,9 +231,9 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
     if fate.failed and job.job_type == JobType.TRAINING:
         message = f"Attempt {job.attempt_number} failed: {fate.message}"
         if len(ended) == len(seen):
-            return [RetryOrFail(fate.exit_code, message, failed_rank=fate.rank)]
+            return [RetryOrFail(fate.exit_code, message, failed_rank=fate.rank, reason=fate.reason)]
         # The others may run on for ever (a collective waiting on the dead rank): stop them, then retry or fail.
-        return [Terminate(Phase.BACKOFF, "Error", message + STOPPING_OTHERS, exit_code=fate.exit_code,
+        return [Terminate(Phase.BACKOFF, fate.reason, message + STOPPING_OTHERS, exit_code=fate.exit_code,
                           failed_rank=fate.rank)]
     if job.admitted_at and now >= job.admitted_at + timedelta(seconds=job.active_deadline_seconds):
         return [Terminate(Phase.TIMED_OUT, "DeadlineExceeded", f"Ran past its deadline of "
@@ -342,7 +346,8 @@ def _finish(job: JobView, seen: list[ReplicaObservation], abandoned: str = "") -
     code; any other ends in its target with the first non-zero code seen."""
     if job.termination_target == Phase.BACKOFF:
         message = job.message.removesuffix(STOPPING_OTHERS) + (f"; {abandoned}" if abandoned else "")
-        return RetryOrFail(job.exit_code, message, failed_rank=job.failed_rank)
+        return RetryOrFail(job.exit_code, message, failed_rank=job.failed_rank,
+                           reason="OOMKilled" if job.reason == "OOMKilled" else "Error")
     codes = [o.exit_code for o in seen if o.exit_code is not None]
     return FinishTermination(next((c for c in codes if c != 0), codes[0] if codes else None), abandoned=abandoned)
 

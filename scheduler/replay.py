@@ -564,7 +564,7 @@ class Replay:
             case Terminate():
                 self._terminate(job, action)
             case RetryOrFail():  # simulated replicas exit 0 unless stopped: not expected, but final if it happens
-                self._phase(job, Phase.FAILED, reason="Error", message=action.message)
+                self._phase(job, Phase.FAILED, reason=action.reason, message=action.message)
                 self._release(job)
             case FinishTermination():
                 target = job.termination_target or Phase.CANCELLED

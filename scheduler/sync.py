@@ -88,7 +88,7 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
 def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "", started_recorded: bool = True) -> JobView:
     attempt = job.current_attempt
     return JobView(
-        phase=job.phase, status=job.status, message=job.message, job_type=job.job_type,
+        phase=job.phase, status=job.status, message=job.message, reason=job.reason, job_type=job.job_type,
         terminating_since=job.terminating_since, admitted_at=job.admitted_at,
         active_deadline_seconds=job.active_deadline_seconds, retry_at=job.retry_at,
         updated_at=job.updated_at, attempt_started_at=attempt.started_at, launched=attempt.launched_at is not None,
@@ -150,7 +150,7 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                 case RetryOrFail():
                     if action.failed_rank is not None:
                         services.attempt_record_failure(attempt=attempt, rank=action.failed_rank)
-                    services.job_retry_or_fail(job=job, exit_code=action.exit_code, reason="Error",
+                    services.job_retry_or_fail(job=job, exit_code=action.exit_code, reason=action.reason,
                                                message=action.message, now=now)
                 case FinishTermination():
                     target = job.termination_target or Phase.CANCELLED

@@ -152,7 +152,7 @@ def test_oom_killed_fails_with_exit_137(submit, kubelet):
     assert (obs.state, obs.status, obs.exit_code) == (ReplicaState.EXITED, "OOMKilled", 137)
     sync_jobs()
     job.refresh_from_db()
-    assert (job.phase, job.reason, job.exit_code) == (Phase.FAILED, "Error", 137)
+    assert (job.phase, job.reason, job.exit_code) == (Phase.FAILED, "OOMKilled", 137)
 
 
 def test_cancel_deletes_the_pods_and_keeps_the_log(submit, world, core, kubelet, k8s):

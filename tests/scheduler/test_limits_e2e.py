@@ -85,7 +85,7 @@ def test_a_job_over_its_memory_is_oom_killed_and_the_server_is_not(submit, clock
                  command="python3 -c \"a = b'x' * (2 * 1024**3); print('survived')\"")
     wait_for(job, ENDED, clock, timeout=DEADLINE)
     # As Kubernetes tells a container the kernel killed: exit code 137, OOMKilled, counted against the backoff limit.
-    assert (job.phase, job.status, job.exit_code) == (Phase.FAILED, "Fail", 137), job.message
+    assert (job.phase, job.status, job.reason, job.exit_code) == (Phase.FAILED, "Fail", "OOMKilled", 137), job.message
     assert "(OOMKilled, killed by SIGKILL)" in job.message
     [seen] = get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)
     assert (seen.state, seen.status, seen.exit_code) == (ReplicaState.EXITED, "OOMKilled", 137)
