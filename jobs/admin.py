@@ -300,9 +300,9 @@ class InstanceTypeAdmin(admin.ModelAdmin):
 
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
-    list_display = ["name", "url"]
+    list_display = ["name", "url", "local_root"]
     search_fields = ["name", "url"]
-    fields = ["name", "url", "description", "groups"]
+    fields = ["name", "url", "local_root", "description", "groups"]
     filter_horizontal = ["groups"]
 
 

@@ -5,7 +5,10 @@ Writes happen in ``jobs.services`` only; reads that need permission filtering li
 
 from __future__ import annotations
 
+import posixpath
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -97,9 +100,20 @@ class InstanceType(models.Model):
         return {Resource.GPU: self.gpu, Resource.CPU: self.cpu_millicores, Resource.MEMORY: self.memory_bytes}
 
 
+def local_root_validator(value: str) -> None:
+    """An environment's directory: absolute, normalised, not the root of the machine."""
+    if not value.startswith("/") or value.rstrip("/") == "" or value != posixpath.normpath(value):
+        raise ValidationError("Give an absolute, normalised directory such as /srv/envs/torch (not /).")
+
+
 class Image(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     url = models.CharField(max_length=500, help_text="Image reference, e.g. registry/repo:tag.")
+    local_root = models.CharField(
+        max_length=500, blank=True, validators=[local_root_validator],
+        help_text="Local backend: the environment a job of this image runs in, an absolute directory of the machine "
+                  "(a virtualenv, a conda prefix, or an unpacked root filesystem). Shown read-only in the job's "
+                  "sandbox with its bin/ first on PATH. Empty: the machine's own system.")
     description = models.TextField(blank=True)
     groups = models.ManyToManyField(Group, blank=True, related_name="images")
 

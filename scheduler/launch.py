@@ -17,7 +17,7 @@ from .backends.base import Backend, LaunchError, LaunchReplica, LaunchSpec
 
 def attempt_launch(job_id: int, *, backend: Backend) -> None:
     """Start the processes/pods of a job's current attempt. Runs after the admission has committed."""
-    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type").get(pk=job_id)
+    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type", "image").get(pk=job_id)
     attempt = job.current_attempt
     if job.phase != Phase.PREPARING or attempt is None:
         return
@@ -47,6 +47,7 @@ def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
         attempt_number=attempt.number,
         command=job.command,
         image=job.image_url,
+        image_root=job.image.local_root,
         replicas=[
             LaunchReplica(
                 rank=rank,
@@ -70,7 +71,7 @@ def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
 
 def attempt_relaunch(job_id: int, *, backend: Backend) -> None:
     """Start the replicas of the current attempt again, in place (interactive jobs)."""
-    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type").get(pk=job_id)
+    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type", "image").get(pk=job_id)
     if job.phase == Phase.RUNNING and job.current_attempt is not None:
         backend.launch(launch_spec(job, job.current_attempt))
 

@@ -62,6 +62,7 @@ class LaunchSpec:
     user: str = ""
     group: str = ""
     group_volume: str = ""  # Group.volume_path
+    image_root: str = ""  # Image.local_root: the local backend's environment for the image (a venv, prefix, rootfs)
     request: dict[str, int] = field(default_factory=dict)  # per replica: gpu, cpu (millicores), memory (bytes)
     node_selector: dict[str, str] = field(default_factory=dict)  # from the instance type
     tolerations: list[dict] = field(default_factory=list)  # from the instance type

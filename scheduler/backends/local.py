@@ -48,6 +48,7 @@ from scheduler.core import Node
 
 from . import limits, netns, sandbox
 from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState, hostfile_text, replica_launch_env
+from .environments import BadEnvironment, Environment, read_environment
 from .local_runner import (
     MARKER,
     Proc,
@@ -260,11 +261,15 @@ class LocalBackend:
             hostfile = self._write_hostfile(spec)
         except OSError as exc:
             raise LaunchError(f"cannot write the hostfile: {exc}") from exc
+        try:
+            environment = read_environment(spec.image_root) if spec.image_root else None
+        except (OSError, BadEnvironment) as exc:
+            raise LaunchError(f"image {spec.image}: {exc}") from exc
         network = self._open_network(spec, hostfile.parent)
         try:
             for replica in spec.replicas:
                 try:
-                    self._launch_replica(spec, replica, hostfile, master_port, network)
+                    self._launch_replica(spec, replica, hostfile, master_port, network, environment)
                 except (OSError, subprocess.SubprocessError) as exc:
                     self.stop(job_id=spec.job_id, attempt_number=spec.attempt_number, replicas=replica.rank,
                               force=True)
@@ -290,7 +295,7 @@ class LocalBackend:
         return network
 
     def _launch_replica(self, spec: LaunchSpec, replica, hostfile: Path, master_port: int,
-                        network: netns.Network | None) -> None:
+                        network: netns.Network | None, environment: Environment | None) -> None:
         work, state, log_file = self._dirs(spec.job_id, spec.attempt_number, replica.rank)
         for d in (work, log_file.parent):
             d.mkdir(parents=True, exist_ok=True)
@@ -316,16 +321,20 @@ class LocalBackend:
             facts = sandbox.host_facts(bwrap=self.bwrap, work_dir=work, command=command, hostfile=hostfile,
                                        group_volume=spec.group_volume, gpu_ids=replica.gpu_ids,
                                        memory_bytes=int(spec.request.get("memory", 0)),
-                                       resolv_conf=str(resolv) if network and network.facts.outbound else "")
+                                       resolv_conf=str(resolv) if network and network.facts.outbound else "",
+                                       environment=environment)
             if facts.privileged:  # the sandbox's user writes here, and only here
                 os.chown(work, facts.uid, facts.gid)
             command, env = sandbox.sandbox_argv(facts), sandbox.sandbox_env(env, facts)
             options = ["--sandboxed", str(facts.uid)]
             if network is not None:
                 command, keep = [*network.enter_argv(), *command], (network.keep_fd,)
-        elif self.unsandboxed_warning:
-            with open(log_file, "a") as f:
-                f.write(f"jobsite: WARNING: {sandbox.MISSING_WARNING}\n")
+        else:
+            if environment is not None:  # unsandboxed: its bin first, that is all (a root file system is no use)
+                env.update(environment.variables, PATH=":".join(filter(None, [environment.bin, env["PATH"]])))
+            if self.unsandboxed_warning:
+                with open(log_file, "a") as f:
+                    f.write(f"jobsite: WARNING: {sandbox.MISSING_WARNING}\n")
         argv = [sys.executable, str(RUNNER), "--grace", str(settings.JOBSITE_TERMINATION_GRACE_SECONDS),
                 *options, *self.limits.runner_options(spec, replica.rank), "--notify", str(self.events_path),
                 str(state), str(log_file), str(work), "--", *command]

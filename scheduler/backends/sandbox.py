@@ -31,6 +31,8 @@ from pathlib import Path, PurePosixPath
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .environments import Environment
+
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "bwrap", "off")
@@ -67,6 +69,9 @@ class Facts:
     writable: tuple[str, ...] = ()  # the group volume
     devices: tuple[tuple[str, str], ...] = ()  # (host node, /dev/name): the replica's GPUs and NVIDIA's controls
     files: tuple[tuple[str, str], ...] = ()  # (host file, path in the sandbox), read-only: the resolver's address
+    system_root: str = ""  # an unpacked root file system shown as the system (an image's environment), else the host's
+    env_bin: str = ""  # an image's environment: its bin/, first on PATH
+    env_vars: tuple[tuple[str, str], ...] = ()  # and what it sets (VIRTUAL_ENV, CONDA_PREFIX)
     tmp_bytes: int = 0  # the size of /tmp and /var/tmp (0: unbounded)
     shm_bytes: int = 0  # the size of /dev/shm (0: unbounded)
     python_shim: str = ""  # the python3 that ``python`` runs, when the system has no ``python``
@@ -82,7 +87,7 @@ def sandbox_argv(f: Facts) -> list[str]:
     if not f.privileged:
         argv += ["--unshare-user", "--uid", str(f.uid), "--gid", str(f.gid)]
     for path, target in f.system:
-        argv += ["--symlink", target, path] if target else ["--ro-bind", path, path]
+        argv += ["--symlink", target, path] if target else ["--ro-bind", f.system_root + path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for scratch in SCRATCH:  # empty, and anyone's to write (sticky), as on the host; bounded
         size = f.shm_bytes if scratch == "/dev/shm" else f.tmp_bytes
@@ -162,12 +167,13 @@ def visible(path: str, f: Facts) -> bool:
 
 def sandbox_env(env: Mapping[str, str], f: Facts) -> dict[str, str]:
     """The replica's environment inside the sandbox: PATH keeps only directories the sandbox shows (the server's
-    virtual environment or home are not there), with ``python`` on it when the system has none."""
-    kept = [d for d in env.get("PATH", "").split(":") if d and visible(d, f)]
-    path = ":".join(kept) or DEFAULT_PATH
+    virtual environment or home are not there), after its image's environment's ``bin``, with ``python`` on it
+    when the system has none."""
+    kept = [d for d in env.get("PATH", "").split(":") if d and visible(d, f) and d != f.env_bin]
+    path = ":".join([f.env_bin] * bool(f.env_bin) + kept) or DEFAULT_PATH
     if f.python_shim:
         path += f":{SHIM_BIN}"
-    return {**env, "PATH": path}
+    return {**env, **dict(f.env_vars), "PATH": path}
 
 
 # --- the machine (not pure) ----------------------------------------------------------------------------------------
@@ -199,12 +205,13 @@ def resolve_mode() -> str | None:
     return found
 
 
-def _system() -> tuple[tuple[str, str], ...]:
+def _system(root: str = "") -> tuple[tuple[str, str], ...]:
+    """SYSTEM_PATHS present on this machine, or in the root file system ``root``."""
     found = []
     for path in SYSTEM_PATHS:
-        if os.path.islink(path):
-            found.append((path, os.readlink(path)))
-        elif os.path.isdir(path):
+        if os.path.islink(root + path):
+            found.append((path, os.readlink(root + path)))
+        elif os.path.isdir(root + path):
             found.append((path, ""))
     return tuple(found)
 
@@ -214,24 +221,29 @@ def _existing(paths) -> tuple[str, ...]:
 
 
 def host_facts(*, bwrap: str, work_dir: Path, command: list[str], hostfile: Path, group_volume: str = "",
-               gpu_ids: Sequence[int] = (), memory_bytes: int = 0, resolv_conf: str = "") -> Facts:
+               gpu_ids: Sequence[int] = (), memory_bytes: int = 0, resolv_conf: str = "",
+               environment: Environment | None = None) -> Facts:
     """The Facts of one replica on this machine. ``resolv_conf``: a file to show as the system's resolver
-    configuration (the job's network has its own resolver)."""
-    system = _system()
-    readonly = [*settings.JOBSITE_LOCAL_SANDBOX_PATHS, hostfile]
+    configuration (the job's network has its own resolver); ``environment``: its image's (environments.py)."""
+    root = environment.root if environment is not None and environment.kind == "rootfs" else ""
+    system = _system(root)
+    readonly = [*settings.JOBSITE_LOCAL_SANDBOX_PATHS, hostfile, *(environment.shown if environment else ())]
     files = []
     resolv = "/etc/resolv.conf"  # may point into /run (systemd-resolved), which the sandbox does not show
     real = os.path.realpath(resolv)
-    if os.path.islink(resolv) and not real.startswith("/etc/"):
+    if root:  # the root file system's own, where it has one to cover
+        real = resolv if os.path.isfile(root + resolv) and not os.path.islink(root + resolv) else ""
+    elif os.path.islink(resolv) and not real.startswith("/etc/"):
         readonly.append(real)
-    if resolv_conf and os.path.exists(real):
+    if resolv_conf and real and os.path.exists(root + real):
         files.append((resolv_conf, real))
-    has_python = any(os.path.exists(f"{d}/python") for d in ("/usr/local/bin", "/usr/bin", "/bin"))
+    has_python = any(os.path.exists(f"{root}{d}/python") for d in ("/usr/local/bin", "/usr/bin", "/bin"))
     shim = "" if has_python else next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3")
-                                       if os.path.exists(p)), "")
+                                       if os.path.exists(root + p)), "")
     memory = int(memory_bytes)
     return Facts(
-        bwrap=bwrap, work_dir=str(work_dir), command=command,
+        bwrap=bwrap, work_dir=str(work_dir), command=command, system_root=root,
+        env_bin=environment.bin if environment else "", env_vars=environment.variables if environment else (),
         uid=settings.JOBSITE_LOCAL_SANDBOX_UID, gid=settings.JOBSITE_LOCAL_SANDBOX_GID,
         privileged=os.geteuid() == 0, system=system, readonly=_existing(readonly),
         writable=_existing([group_volume] if group_volume and os.path.isdir(group_volume) else []),

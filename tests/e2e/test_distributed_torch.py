@@ -1,5 +1,8 @@
-"""Real PyTorch DDP on the embedded server: the README's example script as a 2-replica job on the local backend,
-run directly and under torchrun, with no environment of its own: what jobsite sets must be enough.
+"""Real PyTorch DDP on the embedded server: the README's example, as written there, on the local backend: an image
+registered as an environment with PyTorch (``manage.py register_image``), then the script as a 2-replica job,
+run directly and under torchrun, with no environment of its own: what jobsite sets must be enough. Only the
+README's example paths are replaced by this machine's (the checkout for /srv/jobsite, the cached venv for
+/srv/envs/torch).
 
 PyTorch comes from a virtual environment built once per machine (pinned ``torch==2.13.0``, the CPU wheel here)
 under ``~/.cache/jobsite-tests/``, outside the checkout, and reused by later runs.
@@ -19,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .api import call
 from .servers import ROOT, make_server
@@ -83,13 +87,31 @@ def torch_bin():
     return torch_venv() / "bin"
 
 
+README = (ROOT / "README.md").read_text()
+
+
+def readme_block(start: str) -> str:
+    """The fenced block of the README that begins with ``start`` (its first line)."""
+    found = re.search(r"```\w*\n(" + re.escape(start) + r".*?)```", README, re.S)
+    assert found, f"the README has no example beginning {start!r}"
+    return found.group(1)
+
+
+def as_here(text: str, venv: Path) -> str:
+    return text.replace("/srv/jobsite", str(ROOT)).replace("/srv/envs/torch", str(venv))
+
+
 @pytest.fixture(scope="module")
 def embedded_server(tmp_path_factory, torch_bin):
-    """The embedded server, whose job sandboxes show the torch environment (outside the checkout) read-only: the
-    venv by its link and its build, the Python it was made from, and the example."""
-    venv = torch_bin.parent
-    paths = ",".join([str(venv), str(venv.resolve()), sys.base_prefix, str(SCRIPT.parent)])
-    with make_server("run", tmp_path_factory.mktemp("embedded") / "var", JOBSITE_LOCAL_SANDBOX_PATHS=paths) as base:
+    """The embedded server (no setting of its own), where an admin registered the torch environment as the README
+    says: the image `torch`, whose sandbox shows the venv and the Python it was made from."""
+    var = tmp_path_factory.mktemp("embedded") / "var"
+    with make_server("run", var) as base:
+        register = readme_block("python3 -m venv /srv/envs/torch").splitlines()[-1]
+        assert register.startswith(".venv/bin/python manage.py register_image torch"), register
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+        subprocess.run(["bash", "-c", as_here(register, torch_bin.parent)], cwd=ROOT, check=True, timeout=120,
+                       env={**env, "JOBSITE_VAR_DIR": str(var)})
         yield base
 
 
@@ -98,14 +120,19 @@ def token(embedded_server):
     return call(embedded_server, "POST", "/api/v1/auth/token/", {"username": "bob", "password": "smoke-pass"})["token"]
 
 
-def run_to_end(base: str, token: str, command: str, deadline_s: float = 600,
+def readme_job(torch_bin: Path, command: str | None = None) -> dict:
+    """The README's ddp-example job as written (YAML), in this machine's paths; ``command``: the torchrun one."""
+    spec = yaml.safe_load(as_here(readme_block("name: ddp-example"), torch_bin.parent))
+    if command is not None:
+        spec["command"] = yaml.safe_load(as_here(command, torch_bin.parent))["command"]
+    return spec
+
+
+def run_to_end(base: str, token: str, spec: dict, deadline_s: float = 600,
                backoff_limit: int = 0) -> tuple[dict, list[str]]:
-    """Submit a 2-replica job with no env of its own, wait until it ends, return it and both replicas' logs (of its
-    last attempt). By default the first failure ends it, with its logs."""
-    job = call(base, "POST", "/api/v1/jobs/", {
-        "name": "ddp", "group": "phusers", "image": "base-notebook", "instance_type": "cpu-tiny",
-        "replicas": 2, "command": command, "backoff_limit": backoff_limit,
-    }, token=token)
+    """Submit the 2-replica job ``spec`` (no env of its own), wait until it ends, return it and both replicas' logs
+    (of its last attempt). By default the first failure ends it, with its logs."""
+    job = call(base, "POST", "/api/v1/jobs/", {**spec, "backoff_limit": backoff_limit}, token=token)
     deadline = time.monotonic() + deadline_s
     while job["phase"] not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -123,7 +150,9 @@ def assert_same_weights(job: dict, logs: list[str]) -> None:
 
 
 def test_ddp_script_run_directly_trains_the_same_weights_on_both_ranks(torch_bin, embedded_server, token):
-    job, logs = run_to_end(embedded_server, token, f"{torch_bin / 'python'} {SCRIPT}")
+    spec = readme_job(torch_bin)
+    assert (spec["image"], spec["replicas"], spec["command"]) == ("torch", 2, f"python {SCRIPT}")
+    job, logs = run_to_end(embedded_server, token, spec)
     assert_same_weights(job, logs)
 
 
@@ -139,7 +168,7 @@ def test_ddp_script_under_torchrun_needs_only_nnodes_and_node_rank(torch_bin, em
         # at interpreter exit, after training and destroy_process_group ("terminate called without an active
         # exception", no Python frame left; 5 of 25 runs with two CPU hogs on 2 cores, jobsite not involved). A
         # wrong rendezvous fails both attempts.
-        job, logs = run_to_end(embedded_server, token,
-                               f"{torch_bin / 'torchrun'} --nnodes=$WORLD_SIZE --node_rank=$NODE_RANK {SCRIPT}",
-                               backoff_limit=1)
+        spec = readme_job(torch_bin, readme_block("command: torchrun"))
+        assert spec["command"] == f"torchrun --nnodes=$WORLD_SIZE --node_rank=$NODE_RANK {SCRIPT}"
+        job, logs = run_to_end(embedded_server, token, spec, backoff_limit=1)
     assert_same_weights(job, logs)
