@@ -39,7 +39,7 @@ import django  # noqa: E402
 
 django.setup()  # the history's arithmetic lives with its query in jobs.selectors; no database is touched
 
-from jobs.selectors import HISTORY_MIN_SAMPLES, HISTORY_SAMPLES, DurationHistory  # noqa: E402
+from jobs.durations import HISTORY_MIN_SAMPLES, HISTORY_SAMPLES, DurationHistory  # noqa: E402
 from scheduler.core import GroupState, Node, QueuedJob, QuotaLimits, ReplicaPlacement, Verdict, decide  # noqa: E402
 from scheduler.estimate import DEADLINES, HISTORY, HeldJob, estimate  # noqa: E402
 

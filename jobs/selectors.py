@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db import connections
-from django.db.models import Count, DurationField, ExpressionWrapper, F, QuerySet, Sum
+from django.db.models import Count, F, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.functional import cached_property
@@ -307,61 +306,6 @@ def group_user_usage(group: Group) -> list[dict]:
          "used": {res: r[res] or 0 for res in Resource.values}, "user_quota": quotas}
         for r in rows
     ]
-
-
-# Attempts the scheduler ended (evicted, requeued, lost with their node) say nothing of how long a job runs.
-NOT_RUN_LENGTHS = ("Preempted", "Requeued", "NodeLost", "NodeUnresponsive", "RequeueLimitExceeded")
-HISTORY_SAMPLES = 20  # the most recent ended attempts per kind of job
-HISTORY_MIN_SAMPLES = 3  # fewer say too little
-HISTORY_SCAN = 5000  # the newest ended attempts looked at, whatever the size of the history
-
-
-@dataclass
-class DurationHistory:
-    """How long recent similar jobs ran (median seconds), by (user, group, job name), (user, group, instance type)
-    and (group, instance type)."""
-
-    by_name: dict[tuple[int, int, str], float]
-    by_user_type: dict[tuple[int, int, int], float]
-    by_group_type: dict[tuple[int, int], float]
-
-    def expected(self, *, user_id: int, group_id: int, name: str, instance_type_id: int,
-                 deadline: float) -> tuple[float, str]:
-        """The expected run time of a job and its basis: the median of the most similar recent jobs (never more than
-        its deadline), "history"; else its deadline, "deadlines"."""
-        for seconds in (self.by_name.get((user_id, group_id, name)),
-                        self.by_user_type.get((user_id, group_id, instance_type_id)),
-                        self.by_group_type.get((group_id, instance_type_id))):
-            if seconds is not None:
-                return min(seconds, float(deadline)), "history"
-        return float(deadline), "deadlines"
-
-
-def job_duration_history(*, since: datetime, samples: int = HISTORY_SAMPLES, min_samples: int = HISTORY_MIN_SAMPLES,
-                         scan: int = HISTORY_SCAN) -> DurationHistory:
-    """The median run time (admission to release) of the last ``samples`` attempts of each user+group+job name,
-    user+group+instance type and group+instance type that has at least ``min_samples``, among the newest ``scan``
-    attempts that ended since ``since`` (newest by admission).
-
-    One query, bounded whatever the size of the history: a backward scan of the attempts' primary key that stops
-    after ``scan`` rows, each with its job's user, group, name and instance type, and the run time."""
-    rows = (
-        Attempt.objects.filter(ended_at__gte=since, started_at__isnull=False)
-        .exclude(outcome__in=NOT_RUN_LENGTHS)
-        .order_by("-id")
-        .annotate(run=ExpressionWrapper(F("ended_at") - F("started_at"), output_field=DurationField()))
-        .values_list("job__user_id", "job__group_id", "job__name", "job__instance_type_id", "run")[:scan]
-    )
-    runs: tuple[dict[tuple, list[float]], ...] = (defaultdict(list), defaultdict(list), defaultdict(list))
-    for user_id, group_id, name, type_id, run in rows:  # newest first
-        seconds = max(run.total_seconds(), 0.0)
-        for by_key, key in zip(runs, ((user_id, group_id, name), (user_id, group_id, type_id), (group_id, type_id)),
-                               strict=True):
-            found = by_key[key]
-            if len(found) < samples:
-                found.append(seconds)
-    return DurationHistory(*({key: statistics.median(found) for key, found in by_key.items()
-                              if len(found) >= min_samples} for by_key in runs))
 
 
 @dataclass

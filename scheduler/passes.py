@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
+from jobs.durations import DurationHistory, job_duration_history
 from jobs.models import Attempt, Group, GroupQuota, Job
 from jobs.models import Node as NodeRow
-from jobs.selectors import DurationHistory, job_duration_history
 from jobs.state_machine import InvalidTransition
 
 from . import metrics

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import selectors, services
+from jobs import durations, selectors, services
 from jobs.choices import Phase
 from jobs.models import Job
 from scheduler import passes
@@ -101,7 +101,7 @@ def test_history_lookup_falls_back_from_name_to_instance_type_to_group(submit, t
 
     Attempt.objects.filter(job__name="preempted-run").update(outcome="Preempted")  # not how long it runs
 
-    history = selectors.job_duration_history(since=t0 - timedelta(days=30))
+    history = durations.job_duration_history(since=t0 - timedelta(days=30))
     ph, bob, pan, lin = world.groups["phusers"].pk, world.users["bob"].pk, world.users["pan"].pk, world.users["lin"].pk
     gpu1 = world.types["gpu-1"].pk
 
@@ -113,7 +113,31 @@ def test_history_lookup_falls_back_from_name_to_instance_type_to_group(submit, t
     assert expected(lin, "anything") == (2100.0, "history")  # phusers' gpu-1 jobs: the median of all six
     assert expected(pan, "eval", deadline=600) == (600.0, "history")  # never longer than the deadline
     assert history.expected(user_id=bob, group_id=ph, name="x", instance_type_id=world.types["gpu-2"].pk,
-                            deadline=7200) == (7200.0, "deadlines")
+                            deadline=7200) == (2100.0, "history")  # the group's jobs, whatever their type
+    assert history.expected(user_id=bob, group_id=world.groups["other"].pk, name="x",
+                            instance_type_id=world.types["gpu-2"].pk, deadline=7200) == (7200.0, "deadlines")
+
+
+def test_without_history_of_its_own_a_job_expects_what_its_like_ran_elsewhere(submit, t0, world):
+    """A new user's first job: nothing of theirs or their group's has run, but the same instance type has, once, in
+    another group (issue 22.5: never a date days out for a job whose like runs for seconds)."""
+    ran(submit, t0 - timedelta(hours=1), 1, username="lin", group="research", instance_type="gpu-1", name="probe")
+    history = durations.job_duration_history(since=t0 - timedelta(days=30))
+    ph, rs, bob = world.groups["phusers"].pk, world.groups["research"].pk, world.users["bob"].pk
+    gpu1, gpu2 = world.types["gpu-1"].pk, world.types["gpu-2"].pk
+
+    def expected(group, type_id, deadline=86400):
+        return history.expected(user_id=bob, group_id=group, name="first", instance_type_id=type_id,
+                                deadline=deadline)
+
+    assert expected(ph, gpu1) == (60.0, "history")  # the instance type, anywhere on the site: one run of 1 minute
+    assert expected(rs, gpu2) == (60.0, "history")  # the group, whatever the instance type
+    assert expected(ph, gpu2) == (86400.0, "deadlines")  # nothing like it ran: its deadline, the latest it can end
+    # Enough runs of a closer kind win over a single run of a wider one.
+    for minutes in (10, 10, 10):
+        ran(submit, t0 - timedelta(minutes=30), minutes, username="pan", instance_type="gpu-1", name="x")
+    history = durations.job_duration_history(since=t0 - timedelta(days=30))
+    assert expected(ph, gpu1) == (600.0, "history")
 
 
 def test_history_counts_only_the_newest_runs_and_ignores_old_ones(submit, t0, world):
@@ -122,9 +146,9 @@ def test_history_counts_only_the_newest_runs_and_ignores_old_ones(submit, t0, wo
         ran(submit, start, minutes, username="bob", instance_type="gpu-1", name="train")
     key = (world.users["bob"].pk, world.groups["phusers"].pk, "train")
     since = t0 - timedelta(days=30)  # the 5-minute run is older
-    assert selectors.job_duration_history(since=since).by_name[key] == 20 * 60  # 90, 10, 20
-    assert selectors.job_duration_history(since=since, samples=2, min_samples=2).by_name[key] == 15 * 60  # 10, 20
-    assert key not in selectors.job_duration_history(since=since, min_samples=4).by_name
+    assert durations.job_duration_history(since=since).by_name[key] == 20 * 60  # 90, 10, 20
+    assert durations.job_duration_history(since=since, samples=2, min_samples=2).by_name[key] == 15 * 60  # 10, 20
+    assert key not in durations.job_duration_history(since=since, min_samples=4).by_name
 
 
 def test_an_unchanged_estimate_is_not_written_again(submit, t0, monkeypatch):
