@@ -162,6 +162,31 @@
     });
   }
 
+  // --- submit form: a choice made while the group's choices were on their way is kept --------------------------
+  // Choosing a group re-draws the image and instance type selects from the server (htmx, with the choices of the
+  // moment it asked); a choice made before that answer arrives is put back when the new group offers it too.
+
+  var chosen = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    if (!target || target.id !== "group-fields") return;
+    chosen = {};
+    var selects = target.querySelectorAll("select[name]");
+    for (var i = 0; i < selects.length; i++) chosen[selects[i].name] = selects[i].value;
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    var fields = chosen && document.getElementById("group-fields");
+    if (!fields) return;
+    Object.keys(chosen).forEach(function (name) {
+      var select = fields.querySelector("select[name='" + name + "']");
+      if (!select || select.value === chosen[name]) return;
+      for (var i = 0; i < select.options.length; i++) {
+        if (select.options[i].value === chosen[name]) { select.value = chosen[name]; break; }
+      }
+    });
+    chosen = null;
+  });
+
   function start() {
     var all = document.querySelector("[data-select-all]");
     if (all) all.hidden = false;  // needs this script
