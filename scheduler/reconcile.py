@@ -320,6 +320,10 @@ def _gone(job: JobView, message: str, timing: Timing) -> list[Action]:
 
 def _terminating(job: JobView, seen: list[ReplicaObservation], now: datetime, timing: Timing) -> list[Action]:
     if all(o.state in ENDED and not o.present for o in seen):
+        if not job.stop_sent and any(o.gone for o in seen):
+            # Nothing of it is left, or nothing was ever started: stopped all the same, so that a start still on
+            # its way (a deposed leader's launch) runs nothing. Ended by the next round.
+            return [Stop(force=True, why="nothing left")]
         return [_finish(job, seen)]
     lost = any(o.state == S.LOST for o in seen)
     since = job.terminating_since or now

@@ -73,6 +73,8 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
                                  .values_list("attempt_id", flat=True))
     count = 0
     for job in jobs:
+        if actuator.in_flight("launch", job.pk) or actuator.in_flight("relaunch", job.pk):
+            continue  # half started: what the backend shows of it now says nothing yet
         try:
             sync_job(job, backend=backend, actuator=actuator, timing=timing, now=now or timezone.now(),
                      requeues=requeues[job.pk],

@@ -426,6 +426,12 @@ class LocalBackend:
             return ReplicaObservation(rank, ReplicaState.LOST, message=f"{who} was stopped before it started",
                                       gone=True)
         waited = _age(state / "launched")
+        if waited is None and not left:
+            # Never launched here (the ``launched`` file comes first): the launch claimed for it died with its
+            # scheduler. Its caller asks only when no launch of the attempt is under way in its own process.
+            return ReplicaObservation(rank, ReplicaState.LOST, gone=True,
+                                      message=f"replica {rank} was never launched on {self.node}: nothing of it "
+                                              "started (its launcher was interrupted)")
         bound = settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS
         if waited is not None and waited > bound:
             return ReplicaObservation(rank, ReplicaState.LOST, present=bool(left), gone=not left,

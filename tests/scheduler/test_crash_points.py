@@ -223,7 +223,9 @@ def test_killed_after_admission_the_next_sync_launches_it(submit, clock):
 
 @pytest.mark.django_db
 def test_killed_after_the_launch_claim_the_attempt_is_relaunched_as_a_new_one(submit, clock, settings):
-    settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS = 1
+    """Nothing of it was ever launched, which the backend can tell (no launch under way here, none on disk): requeued
+    at once, not after the start timeout (issue 21: a scheduler killed as it launched held the GPUs a minute)."""
+    settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS = 3600
     job = admitted_unlaunched(submit, command="echo hi")
     assert services.attempt_claim_launch(attempt=job.current_attempt)  # ... and then the launcher died
     wait_for(job, {Phase.SUCCEEDED}, clock, timeout=60)

@@ -226,7 +226,8 @@ def test_a_replica_stopped_before_its_command_started_never_runs_it(submit, cloc
     assert (state_dir(job) / "exit_code").exists()  # its supervisor ran, and recorded an end: it never will
     assert "stopped before the command started" in backend.log_path(job_id=job.pk, attempt_number=1,
                                                                      rank=0).read_text()
-    assert job.exit_code == 128 + signal.SIGTERM
+    # Nothing of it was launched when the cancel was synced: stopped at once (forced), before anything could start.
+    assert job.exit_code == 128 + signal.SIGKILL
 
 
 def test_a_job_cancelled_after_its_launch_was_claimed_starts_nothing(submit, clock, monkeypatch, tmp_path):
