@@ -4,7 +4,7 @@
 #   make prod    the production topology here: PostgreSQL, Redis, web, scheduler, Celery worker+beat
 #   make test    start PostgreSQL/Redis (and install Chromium) if needed, lint, then run pytest
 #   make test-fast  the pure and service tests only (decisions, services, layering, manifests): under a minute
-#   make chaos   kill -9 the production topology's processes under 300 jobs (CHAOS_ARGS, e.g. --seed 7): all 0
+#   make chaos   kill -9 the production topology's processes under 300 jobs, default timeouts: all 0 (CHAOS_ARGS: --fast)
 #   make lint    ruff check
 #   make venv    create .venv and install requirements.txt (only when it changed)
 #   make clean   remove var/ and caches (keeps .venv)
@@ -100,7 +100,8 @@ test-fast: venv-dev
 	DATABASE_URL='$(TEST_DATABASE_URL)' REDIS_URL='$(TEST_REDIS_URL)' \
 		$(VENV_PY) -m pytest $(FAST_TESTS) $(PYTEST_ARGS)
 
-# The chaos suite: PostgreSQL database jobsite_chaos (emptied) and Redis db 3 unless CHAOS_ARGS says otherwise.
+# The chaos suite: PostgreSQL database jobsite_chaos (emptied) and Redis db 3 unless CHAOS_ARGS says otherwise; the
+# product's default timeouts unless CHAOS_ARGS has --fast (shortened, as CI's short form in tests/e2e/test_chaos.py).
 CHAOS_ARGS ?=
 
 chaos: venv

@@ -66,8 +66,9 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
         .values_list("job_id").annotate(n=Count("id")).values_list("job_id", "n")
     ))
     actuator.forget({j.current_attempt_id for j in jobs})
-    # Launched attempts still preparing whose "Started" event is missing: written once a replica is seen running.
-    preparing = {j.current_attempt_id for j in jobs if j.phase == Phase.PREPARING
+    # Launched attempts not yet seen running (still preparing, or unknown since) whose "Started" event is missing:
+    # written once a replica is seen running.
+    preparing = {j.current_attempt_id for j in jobs if j.phase in (Phase.PREPARING, Phase.UNKNOWN)
                  and j.current_attempt.launched_at is not None}
     unrecorded = preparing - set(JobEvent.objects.filter(attempt_id__in=preparing, reason="Started")
                                  .values_list("attempt_id", flat=True))
