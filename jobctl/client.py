@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
+import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,11 +60,18 @@ def _error(status: int, raw: bytes, reason: str) -> ApiError:
     return ApiError(status, f"HTTP {status} {reason}" + (f": {text[0][:200]}" if text else ""))
 
 
+# A submit is sent again after these pauses (each ±25 %) when it met a network error or a 5xx: 4 tries in all.
+SUBMIT_RETRY_DELAYS = (0.5, 1.0, 2.0)
+# 409: the server still makes the job of an earlier try with the same key ("in progress; try again").
+RETRY_STATUSES = frozenset({409, 500, 502, 503, 504})
+
+
 class Api:
     def __init__(self, server: str, token: str | None = None, timeout: float = 30.0):
         self.server = server.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.retry_delays = SUBMIT_RETRY_DELAYS
 
     def url(self, path: str, params: dict[str, Any] | None = None) -> str:
         query = {k: v for k, v in (params or {}).items() if v is not None and v != [] and v != ""}
@@ -97,6 +108,23 @@ class Api:
             raise ConnectError(f"cannot connect to {self.server}: {exc.reason}") from None
         except (http.client.HTTPException, OSError) as exc:  # refused, reset, timed out
             raise ConnectError(f"cannot connect to {self.server}: {exc}") from None
+
+    def submit(self, path: str, **kw: Any) -> Reply:
+        """POST a new job with an `Idempotency-Key` (a UUID) and send it again with the same key after a network
+        error or a 5xx, up to ``retry_delays`` more times: the server answers the job an earlier try made (whose
+        reply was lost) instead of making another. Other errors are not retried."""
+        headers = {**kw.pop("headers", {}), "Idempotency-Key": str(uuid.uuid4())}
+        for delay in self.retry_delays:
+            try:
+                return self.request("POST", path, headers=headers, **kw)
+            except (ConnectError, ApiError) as exc:
+                if isinstance(exc, ApiError) and exc.status not in RETRY_STATUSES:
+                    raise
+                pause = delay * random.uniform(0.75, 1.25)
+                print(f"jobctl: {exc}; sending the submit again in {pause:.1f} s (same Idempotency-Key)",
+                      file=sys.stderr)
+                time.sleep(pause)
+        return self.request("POST", path, headers=headers, **kw)
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params).json()

@@ -11,7 +11,6 @@ import getpass
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -192,15 +191,11 @@ def _print_job_brief(out: Printer, job: dict, verb: str) -> None:
 
 def cmd_submit(api: Api, args, out: Printer) -> int:
     flags = _spec_from_flags(args)
-    # One key per invocation: should the request be sent again (a retry after a lost reply), the server answers
-    # the job it already made instead of making another.
-    key = {"Idempotency-Key": str(uuid.uuid4())}
+    body: dict[str, Any] = {"json_body": flags}
     if args.file:
         text = _read_file(args.file)
         if not flags:  # the server reads the YAML (and names its errors by field path)
-            reply = api.request("POST", "/api/v1/jobs/", data=text.encode(), content_type="application/yaml",
-                                params={"vocabulary": args.vocabulary}, headers=key)
-            job = reply.json()
+            body = {"data": text.encode(), "content_type": "application/yaml"}
         else:
             try:
                 spec = yaml.safe_load(text)
@@ -210,13 +205,12 @@ def cmd_submit(api: Api, args, out: Printer) -> int:
                 raise UsageError(f"{args.file}: a job spec is a YAML mapping of field: value")
             if "env" in flags and isinstance(spec.get("env"), dict):
                 flags["env"] = {**spec["env"], **flags["env"]}
-            job = api.request("POST", "/api/v1/jobs/", json_body={**spec, **flags},
-                              params={"vocabulary": args.vocabulary}, headers=key).json()
-    else:
-        if not flags:
-            raise UsageError("give a job file with -f FILE, or the job with flags (see jobctl submit --help)")
-        job = api.request("POST", "/api/v1/jobs/", json_body=flags, params={"vocabulary": args.vocabulary},
-                          headers=key).json()
+            body = {"json_body": {**spec, **flags}}
+    elif not flags:
+        raise UsageError("give a job file with -f FILE, or the job with flags (see jobctl submit --help)")
+    # One Idempotency-Key per invocation, the same on each try: a submit sent again after a lost reply or a 5xx
+    # gets the job the first try made instead of making another.
+    job = api.submit("/api/v1/jobs/", params={"vocabulary": args.vocabulary}, **body).json()
     if not out.data(job):
         _print_job_brief(out, job, f"submitted to {job['group']}")
     return EXIT_OK

@@ -7,6 +7,7 @@ the scheduler running inside the web process. Production sets DATABASE_URL, REDI
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -100,6 +101,11 @@ else:
     # to a connection per thread (CONN_MAX_AGE, default 60 s), e.g. behind an external pooler.
     if env.bool("JOBSITE_DB_POOL", default=True):
         DATABASES["default"]["CONN_MAX_AGE"] = 0
+        # The pool checks a connection (an empty query) before handing it out and replaces one the server has
+        # ended (a restart, a failover, pg_terminate_backend), instead of failing the request that gets it. Django
+        # passes psycopg_pool's ConnectionPool.check_connection as the pool's `check` when CONN_HEALTH_CHECKS is on
+        # (a "check" in the pool options would clash with it). JOBSITE_DB_POOL_CHECK=false saves that round trip.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("JOBSITE_DB_POOL_CHECK", default=True)
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("JOBSITE_DB_POOL_MIN", default=1),
             "max_size": env.int("JOBSITE_DB_POOL_MAX", default=10),
@@ -188,12 +194,6 @@ JOBSITE_LOCAL_DEVICE_DIR = env.str("JOBSITE_LOCAL_DEVICE_DIR", default="/dev")
 # A sandbox's /dev/shm holds at most this share of the replica's memory; /tmp and /var/tmp at most all of it
 # (memory-backed, they count against the replica's memory limit too).
 JOBSITE_LOCAL_SHM_FRACTION = env.float("JOBSITE_LOCAL_SHM_FRACTION", default=0.5)
-JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS = env.int(
-    "JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS", default=12 * 3600
-)
-# An attempt still preparing after this long is requeued (backoff 60 s doubling to 1 h), at most REQUEUE_LIMIT times.
-JOBSITE_PREPARING_TIMEOUT_SECONDS = env.int("JOBSITE_PREPARING_TIMEOUT_SECONDS", default=180)
-JOBSITE_REQUEUE_LIMIT = env.int("JOBSITE_REQUEUE_LIMIT", default=5)
 # Resource limits of each local replica (README "Resource limits", scheduler/backends/limits.py): its instance type's
 # memory (no swap) and CPU through a cgroup of its own. "auto" (each cgroup controller this machine allows, and a
 # warning naming the others), "require" (the scheduler refuses to start while one is missing) or "off".
@@ -209,6 +209,12 @@ JOBSITE_LOCAL_CGROUP_PARENT = env.str("JOBSITE_LOCAL_CGROUP_PARENT", default="")
 # Seconds between SIGTERM and SIGKILL when a job is cancelled.
 JOBSITE_TERMINATION_GRACE_SECONDS = env.int("JOBSITE_TERMINATION_GRACE_SECONDS", default=10)
 JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS = env.int("JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS", default=86400)
+JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS = env.int(
+    "JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS", default=12 * 3600
+)
+# An attempt still preparing after this long is requeued (backoff 60 s doubling to 1 h), at most REQUEUE_LIMIT times.
+JOBSITE_PREPARING_TIMEOUT_SECONDS = env.int("JOBSITE_PREPARING_TIMEOUT_SECONDS", default=180)
+JOBSITE_REQUEUE_LIMIT = env.int("JOBSITE_REQUEUE_LIMIT", default=5)
 JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED = env.int("JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED", default=7 * 86400)
 JOBSITE_DEFAULT_BACKOFF_LIMIT = env.int("JOBSITE_DEFAULT_BACKOFF_LIMIT", default=6)
 
@@ -240,6 +246,7 @@ JOBSITE_SCHEDULER_HTTP_PORT = env.int("JOBSITE_SCHEDULER_HTTP_PORT", default=910
 # refused in production (JOBSITE_PRODUCTION) unless JOBSITE_METRICS_PUBLIC opens it to anyone who can reach it;
 # the embedded default leaves it open. `make prod` keeps a token in $JOBSITE_VAR_DIR/metrics-token.
 JOBSITE_METRICS_TOKEN = env.str("JOBSITE_METRICS_TOKEN", default="")
+JOBSITE_METRICS_PUBLIC = env.bool("JOBSITE_METRICS_PUBLIC", default=False)
 
 # --- Kubernetes backend (JOBSITE_BACKEND=kubernetes) ---------------------------------------------------------
 # The API server comes from KUBECONFIG (or ~/.kube/config), or the in-cluster service account when running in a pod.
@@ -250,6 +257,10 @@ JOBSITE_K8S_RUN_AS_USER = env.int("JOBSITE_K8S_RUN_AS_USER", default=None)
 JOBSITE_K8S_RUN_AS_GROUP = env.int("JOBSITE_K8S_RUN_AS_GROUP", default=None)
 # Size limit of each replica's working directory (an emptyDir at /home/jovyan).
 JOBSITE_K8S_WORKDIR_SIZE = env.str("JOBSITE_K8S_WORKDIR_SIZE", default="5Gi")
+# /dev/shm of each replica (a memory-backed emptyDir, counted against its memory limit): this fraction of the
+# instance type's memory, in (0, 1], capped at JOBSITE_K8S_SHM_MAX (a quantity such as "16Gi"; empty: no cap).
+JOBSITE_K8S_SHM_FRACTION = env.float("JOBSITE_K8S_SHM_FRACTION", default=0.5)
+JOBSITE_K8S_SHM_MAX = env.str("JOBSITE_K8S_SHM_MAX", default="")
 # Names of image pull secrets in the namespace, comma-separated.
 JOBSITE_K8S_IMAGE_PULL_SECRETS = env.list("JOBSITE_K8S_IMAGE_PULL_SECRETS", default=[])
 # Pod scheduling defaults as JSON; an instance type's nodeSelector/tolerations are merged over them.
@@ -258,7 +269,6 @@ JOBSITE_K8S_DEFAULT_TOLERATIONS = env.json("JOBSITE_K8S_DEFAULT_TOLERATIONS", de
 JOBSITE_K8S_DEFAULT_AFFINITY = env.json("JOBSITE_K8S_DEFAULT_AFFINITY", default={})
 # Datasets mounted read-only at /datasets/<name>, as JSON: [{"name": "mnist", "volume": {<a pod volume source>},
 # "groups": ["research"]}] ("groups" optional: every group when absent).
-JOBSITE_METRICS_PUBLIC = env.bool("JOBSITE_METRICS_PUBLIC", default=False)
 JOBSITE_K8S_DATASETS = env.json("JOBSITE_K8S_DATASETS", default=[])
 # Feed the Ready nodes' allocatable GPU/CPU/memory to the admission check (needs `list nodes`, a ClusterRole).
 JOBSITE_K8S_CHECK_CAPACITY = env.bool("JOBSITE_K8S_CHECK_CAPACITY", default=False)
@@ -269,10 +279,6 @@ JOBSITE_K8S_CHECK_CAPACITY = env.bool("JOBSITE_K8S_CHECK_CAPACITY", default=Fals
 JOBSITE_K8S_GANG_SCHEDULING = env.str("JOBSITE_K8S_GANG_SCHEDULING", default="")
 # spec.schedulerName of every job pod; empty: the cluster's default scheduler, or "volcano" with volcano above.
 JOBSITE_K8S_SCHEDULER_NAME = env.str("JOBSITE_K8S_SCHEDULER_NAME", default="")
-# /dev/shm of each replica (a memory-backed emptyDir, counted against its memory limit): this fraction of the
-# instance type's memory, in (0, 1], capped at JOBSITE_K8S_SHM_MAX (a quantity such as "16Gi"; empty: no cap).
-JOBSITE_K8S_SHM_FRACTION = env.float("JOBSITE_K8S_SHM_FRACTION", default=0.5)
-JOBSITE_K8S_SHM_MAX = env.str("JOBSITE_K8S_SHM_MAX", default="")
 # A replica still failing to pull its image this long after its pod started fails the job as FailedImagePull.
 JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS = env.int("JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS", default=120)
 # Seconds between re-deliveries of the watched pods' cache (a full relist only after errors), between reads of the
@@ -306,6 +312,7 @@ if REDIS_URL:
             # a socket that goes, or a process that dies, leaves nothing behind in Redis. Live updates are
             # at-most-once by design: a page that reconnects is sent what changed (jobs.consumers).
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            # prefix: "jobsite:<installation id>:ws:", set in the security section once SECRET_KEY is settled.
             "CONFIG": {"hosts": [REDIS_URL], "prefix": "jobsite:ws:"},
         }
     }
@@ -328,7 +335,6 @@ SPECTACULAR_SETTINGS = {
         "no field is to blame). Jobs and groups of groups you are not in answer 404."
     ),
     "VERSION": "1",
-            # prefix: "jobsite:<installation id>:ws:", set in the security section once SECRET_KEY is settled.
     "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -383,7 +389,7 @@ JOBSITE_CHANNEL_MESSAGE_MAX_AGE_SECONDS = env.float("JOBSITE_CHANNEL_MESSAGE_MAX
 # Redis in production, under the installation's prefix.
 if REDIS_URL and not JOBSITE_TESTING:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                          "KEY_PREFIX": "jobsite"}}
+                          "KEY_PREFIX": JOBSITE_REDIS_PREFIX + "cache"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 # API tokens expire this long after they were issued (a new POST /api/v1/auth/token/ then issues another).

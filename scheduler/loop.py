@@ -8,6 +8,9 @@ Threads (all daemons):
   (backoff, TTL) and, now and then, deletes orphaned pods; its backend calls also go to the actuator;
 - exits (backends with ``exit_events``: local): while leading, waits on the backend's socket and starts a sync as
   soon as a replica reports its exit, so a finished job frees its GPUs at once, not at the next interval;
+- a round whose database connection failed (the server ended it: a restart, a failover, pg_terminate_backend)
+  runs again at once on a fresh one (the pool checks each connection before handing it out); a round works from
+  what the database says now, so running it again is safe;
 - admission rests after each pass as long as it took (a burst of wake-ups shares one pass, and passes never hold
   the process, whose GIL the embedded default shares with the web server, more than half the time);
 - the actuator's pool: launches, stops, relaunches and TTL cleanups, so the cluster API never holds up admission;
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
 from jobs.wakeup import CHANNEL, wakeup_event
 
@@ -139,22 +142,18 @@ class SchedulerLoop:
     # --- work --------------------------------------------------------------------------------------------------
 
     def _admission(self) -> None:
-        self._rounds(self._wake_admission, self._admission_round, rest=True)
+        self._rounds("admission", self._wake_admission, self._admission_round, rest=True)
 
     def _sync(self) -> None:
         # No rest: a sync round is what notices an exit and frees its GPUs; the wake-ups it answers are coalesced.
-        self._rounds(self._wake_sync, self._sync_round, rest=False)
+        self._rounds("sync", self._wake_sync, self._sync_round, rest=False)
 
-    def _rounds(self, wake: threading.Event, work: Callable[[], None], rest: bool) -> None:
+    def _rounds(self, name: str, wake: threading.Event, work: Callable[[], None], rest: bool) -> None:
         while not self.stopping.is_set():
             wake.clear()
             began = time.monotonic()
             if self.leading.is_set():
-                try:
-                    close_old_connections()
-                    work()
-                except Exception:  # one bad round must not stop scheduling
-                    log.exception("scheduler round failed")
+                self._round(name, work)
             health.beat()
             worked = time.monotonic() - began
             if rest:
@@ -164,6 +163,36 @@ class SchedulerLoop:
                 self.stopping.wait(min(worked, self.interval))
             wake.wait(max(0.0, self.interval - worked))
         connections.close_all()
+
+    def _round(self, name: str, work: Callable[[], None]) -> bool:
+        """One round; once more at once, on a fresh connection, when its database connection failed. Whether it
+        succeeded; a failure is logged and counted, and never stops scheduling."""
+        try:
+            try:
+                self._on_a_connection(work)
+            except (OperationalError, InterfaceError) as exc:
+                metrics.ROUNDS_RETRIED.labels(name).inc()
+                log.warning("scheduler %s round lost its database connection (%s); running it again on a fresh one",
+                            name, " ".join(str(exc).split()))
+                self._on_a_connection(work)
+        except Exception:  # one bad round must not stop scheduling
+            metrics.ROUNDS_FAILED.labels(name).inc()
+            log.exception("scheduler %s round failed", name)
+            return False
+        return True
+
+    @staticmethod
+    def _on_a_connection(work: Callable[[], None]) -> None:
+        close_old_connections()
+        try:
+            work()
+        except (OperationalError, InterfaceError):
+            # This thread's connections go back to the pool, which discards a broken one: the next is fresh.
+            try:
+                connections.close_all()
+            except Exception as exc:  # closing a broken connection may fail as well
+                log.debug("scheduler: closing a failed connection: %s", exc)
+            raise
 
     def _admission_round(self) -> None:
         with metrics.PASS_SECONDS.time():

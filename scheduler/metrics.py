@@ -3,6 +3,8 @@
 Observed directly by the loop, the passes and the backends:
 
 - ``PASS_SECONDS`` / ``SYNC_SECONDS``: ``with metrics.PASS_SECONDS.time(): ...``
+- ``ROUNDS_RETRIED`` / ``ROUNDS_FAILED``: rounds (admission, sync) run again on a fresh database connection, and
+  rounds that failed all the same (``scheduler.loop``),
 - ``observe_admission(queued_at, admitted_at)``: queued → admitted latency of one job,
 - ``api_call(verb)`` / ``api_error(verb, code)``: calls to, and failures of, the cluster API.
 
@@ -46,6 +48,14 @@ PASS_SECONDS = Histogram(
 )
 SYNC_SECONDS = Histogram(
     "jobsite_scheduler_sync_seconds", "Duration of one sync round with the backend.", buckets=_DURATION_BUCKETS
+)
+ROUNDS_RETRIED = Counter(
+    "jobsite_scheduler_rounds_retried_total",
+    "Rounds run again at once on a fresh database connection after theirs failed, by round (admission, sync).",
+    ["round"],
+)
+ROUNDS_FAILED = Counter(
+    "jobsite_scheduler_rounds_failed_total", "Rounds that failed (after that one retry), by round.", ["round"]
 )
 ADMISSION_LATENCY = Histogram(
     "jobsite_admission_latency_seconds", "Time from queued to admitted, per admitted job.", buckets=_ADMISSION_BUCKETS

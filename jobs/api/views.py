@@ -7,14 +7,12 @@ have the shape of ``jobs.api.exceptions``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
@@ -34,8 +32,8 @@ from jobs.choices import TERMINAL_PHASES
 from jobs.filtersets import JobFilterSet
 from jobs.models import Attempt, Group, Job
 
-from . import auth, queries
-from .exceptions import Conflict, RequestTooLarge, error_body, validation_error_from_django
+from . import auth, queries, submit
+from .exceptions import Conflict, RequestTooLarge, error_body
 from .pagination import JobPagination
 from .parsers import JSONParser, TextYAMLParser, XYAMLParser, YAMLParser
 from .schema import ErrorSerializer
@@ -252,38 +250,6 @@ LOG_HEADERS = [
 LOG_SEARCH_MAX = 200  # matches one search may return
 
 
-IDEMPOTENCY_KEY_MAX = 255
-IDEMPOTENCY_KEY_PARAM = OpenApiParameter(
-    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
-    description=f"Makes a retried submit safe: 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters, new for each "
-                "job (a UUID). The same key and body from the same user within 24 hours answer the first job; the "
-                "answer then has `Idempotent-Replayed: true`.",
-)
-
-
-class IdempotencyKeyReused(exceptions.APIException):
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-    default_detail = "The Idempotency-Key was used for another request body; send a new key for a new job."
-    default_code = "idempotency_key_reused"
-
-
-def _idempotency_key(request: Request) -> str:
-    key = request.headers.get("Idempotency-Key", "").strip()
-    if "Idempotency-Key" in request.headers and not (
-        0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isascii() and key.isprintable()
-    ):
-        raise exceptions.ValidationError(
-            {"Idempotency-Key": [f"Send 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters (a UUID)."]}
-        )
-    return key
-
-
-def _fingerprint(data) -> str:
-    """The request body as canonical JSON, hashed: the same job spec as JSON or YAML has one fingerprint."""
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 @extend_schema_view(
     list=extend_schema(summary="List jobs", parameters=[VOCABULARY_PARAM],
                        description="Jobs of your groups (all for superusers), newest first. Numbered pages "
@@ -343,15 +309,20 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data, status=status_code,
                         **kw)
 
-    def _submit(self, request: Request, data, *, idempotency_key: str = "", fingerprint: str = "") -> Job:
-        serializer = JobSubmitSerializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        try:
-            spec = services.job_spec_validate(user=request.user, data=serializer.validated_data)
-        except DjangoValidationError as exc:
-            raise validation_error_from_django(exc) from exc
-        return services.job_submit(user=request.user, spec=spec, idempotency_key=idempotency_key,
-                                   fingerprint=fingerprint)
+    def _answer(self, write: Callable[[], Job], *, created: bool = False, headers: dict | None = None) -> Response:
+        """``write``'s job, serialized in its transaction (``submit.answered``): a new job (``created``, 201) from
+        the objects in hand, a changed one read again as the detail shows it. Nothing is read after the commit."""
+        context = self.get_serializer_context()
+
+        def serialize(job: Job) -> dict:
+            job = submit.as_created(job) if created else self.get_queryset().get(pk=job.pk)
+            return JobDetailSerializer(job, context=context).data
+
+        job, data = submit.answered(write, serialize)
+        if created:
+            headers = {"Location": reverse("api:job-detail", kwargs={"pk": job.pk}, request=self.request),
+                       **(headers or {})}
+        return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK, headers=headers)
 
     @extend_schema(
         summary="Submit a job",
@@ -363,39 +334,30 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
                     "detail, `Idempotent-Replayed: true`) instead of making another; the same key with another "
                     "body is a 422. Keys are per user.",
         request=JobSubmitSerializer,
-        parameters=[IDEMPOTENCY_KEY_PARAM],
+        parameters=[submit.IDEMPOTENCY_KEY_PARAM],
         responses={201: JobDetailSerializer,
                    422: OpenApiResponse(ErrorSerializer,
                                         description="The Idempotency-Key was used with another request body.")},
     )
     def create(self, request: Request, *args, **kwargs) -> Response:
         self._vocabulary_checked()
-        key = _idempotency_key(request)
-        fingerprint = _fingerprint(request.data) if key else ""
-        replayed = False
-        job = self._submitted_with(request, key, fingerprint) if key else None
-        if job is not None:
-            replayed = True
-        else:
+        user, key = request.user, submit.idempotency_key(request)
+        fingerprint = submit.fingerprint(request.data) if key else ""
+        job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint) if key else None
+        if job is None:
+            spec = submit.job_spec_checked(user=user, data=request.data)
             try:
-                job = self._submit(request, request.data, idempotency_key=key, fingerprint=fingerprint)
+                return self._answer(lambda: services.job_submit(user=user, spec=spec, idempotency_key=key,
+                                                                fingerprint=fingerprint),
+                                    created=True, headers={"Idempotent-Replayed": "false"} if key else None)
             except services.SubmitKeyTaken:
                 # A concurrent submit with the same key committed first: answer its job.
-                job = self._submitted_with(request, key, fingerprint)
+                job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint)
                 if job is None:
                     raise Conflict("A submit with the same Idempotency-Key is in progress; try again.") from None
-                replayed = True
-        location = reverse("api:job-detail", kwargs={"pk": job.pk}, request=request)
-        headers = {"Location": location}
-        if key:
-            headers["Idempotent-Replayed"] = "true" if replayed else "false"
-        return self._detail(job, status_code=status.HTTP_201_CREATED, headers=headers)
-
-    def _submitted_with(self, request: Request, key: str, fingerprint: str) -> Job | None:
-        try:
-            return services.job_submitted_with(user=request.user, key=key, fingerprint=fingerprint)
-        except services.SubmitKeyReused as exc:
-            raise IdempotencyKeyReused(" ".join(exc.messages)) from exc
+        location = reverse("api:job-detail", kwargs={"pk": job.pk}, request=request)  # a replay: its detail now
+        return self._detail(job, status_code=status.HTTP_201_CREATED,
+                            headers={"Location": location, "Idempotent-Replayed": "true"})
 
     def _vocabulary_checked(self) -> None:
         _vocabulary(self.request)  # a bad ?vocabulary= is a 400 before anything is written
@@ -411,9 +373,8 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         changes = JobCloneSerializer(data=request.data if request.data else {})
         changes.is_valid(raise_exception=True)
         data = {**selectors.job_spec_of(job), **{k: request.data[k] for k in changes.validated_data}}
-        new = self._submit(request, data)
-        location = reverse("api:job-detail", kwargs={"pk": new.pk}, request=request)
-        return self._detail(new, status_code=status.HTTP_201_CREATED, headers={"Location": location})
+        spec = submit.job_spec_checked(user=request.user, data=data)
+        return self._answer(lambda: services.job_submit(user=request.user, spec=spec), created=True)
 
     @extend_schema(summary="Cancel a job", request=None, responses={200: JobDetailSerializer},
                    parameters=[VOCABULARY_PARAM])
@@ -421,8 +382,7 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()  # 404 when invisible, 403 when not allowed to act
         self._vocabulary_checked()
-        services.job_cancel(job=job, by=request.user)  # ValidationError (already ended) → 400
-        return self._detail(job)
+        return self._answer(lambda: services.job_cancel(job=job, by=request.user))  # already ended → 400
 
     @extend_schema(summary="Stop a job (a cancel that can be restarted: status Stopped)", request=None,
                    responses={200: JobDetailSerializer}, parameters=[VOCABULARY_PARAM])
@@ -430,8 +390,7 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
     def stop(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         self._vocabulary_checked()
-        services.job_cancel(job=job, by=request.user, stop=True)
-        return self._detail(job)
+        return self._answer(lambda: services.job_cancel(job=job, by=request.user, stop=True))
 
     @extend_schema(summary="Restart an ended job from the beginning, as a new attempt of the same job",
                    request=None, responses={200: JobDetailSerializer}, parameters=[VOCABULARY_PARAM])
@@ -439,8 +398,7 @@ class JobViewSet(ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
     def restart(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         self._vocabulary_checked()
-        services.job_restart(job=job, by=request.user)  # still running / succeeded → 400
-        return self._detail(job)
+        return self._answer(lambda: services.job_restart(job=job, by=request.user))  # running / succeeded → 400
 
     @extend_schema(
         summary="Cancel several jobs",

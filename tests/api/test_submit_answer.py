@@ -1,0 +1,120 @@
+"""A write's answer is built inside its transaction: a database connection lost right after the commit cannot turn
+a saved job into a 500 (and the client's retry into a second job)."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+import jobs.realtime
+from jobs import services
+from jobs.choices import Phase
+from jobs.models import Job
+from scheduler.leader import dedicated_connection
+
+from .conftest import JOBS_URL, job_url
+
+pytestmark = pytest.mark.django_db(transaction=True)  # on_commit callbacks run: a real commit
+
+GOOD = {"group": "phusers", "image": "base-notebook", "instance_type": "gpu-1", "command": "python train.py"}
+# What a submit costs, counted with Django's own query log (BEGIN and COMMIT included): 15 statements before
+# the answer was built in the transaction as well as after, but 3 of them (the job read back, its attempts, its
+# events) ran after the COMMIT then, and none does now.
+SUBMIT_QUERIES = 15
+SUBMIT_QUERIES_WITH_KEY = 20  # the key looked up, old keys deleted, the key inserted in a savepoint
+
+
+class Killer:
+    """Once armed, ends the database connection of whoever commits a write, right after the commit (in the first
+    on_commit callback of every write: its live update), as a restart or failover of PostgreSQL would."""
+
+    def __init__(self):
+        self.armed = False
+        self.killed: list[int] = []
+
+    def __call__(self, job_ids) -> None:
+        if not self.armed:
+            return
+        pid = connection.connection.info.backend_pid
+        with dedicated_connection() as admin:
+            # Waits (up to 30 s) until that backend has ended: the request's next query would fail.
+            assert admin.execute("SELECT pg_terminate_backend(%s, 30000)", [pid]).fetchone()[0]
+        self.killed.append(pid)
+        self.armed = False
+
+    def fresh_connection(self) -> None:
+        """The test's own next query on another connection (the pool checks it before handing it out)."""
+        connection.close()
+
+
+@pytest.fixture
+def killer(monkeypatch):
+    kill = Killer()
+    monkeypatch.setattr(jobs.realtime, "publish_job_changes", kill)
+    yield kill
+    kill.fresh_connection()
+
+
+@pytest.mark.parametrize("key", [None, "retry-safe-1"])
+def test_a_submit_saved_before_its_connection_died_answers_201(world, client_for, killer, key):
+    bob = client_for("bob")
+    headers = {"Idempotency-Key": key} if key else {}
+    killer.armed = True
+
+    response = bob.post(JOBS_URL, GOOD, format="json", headers=headers)
+
+    assert killer.killed, "the connection was not ended after the commit"
+    assert response.status_code == 201, response.content[:500]
+    killer.fresh_connection()
+    job = Job.objects.get()  # exactly one job
+    data = response.json()
+    assert data["id"] == job.pk and data["status"] == "Submitted" and data["attempts"] == []
+    assert [e["reason"] for e in data["events"]] == ["Submitted"]
+    assert response["Location"].endswith(job_url(job.pk))
+    if key:
+        assert response["Idempotent-Replayed"] == "false"
+        again = bob.post(JOBS_URL, GOOD, format="json", headers=headers)  # the client's retry
+        assert again.status_code == 201 and again.json()["id"] == job.pk
+        assert Job.objects.count() == 1
+    # The answer is what the job's detail shows.
+    assert bob.get(job_url(job.pk)).json() == data
+
+
+def _ended(user) -> Job:
+    job = services.job_submit(user=user, spec=services.job_spec_validate(user=user, data=GOOD))
+    return services.job_cancel(job=job, by=user, stop=True)
+
+
+@pytest.mark.parametrize("action, status_code, phase", [
+    ("clone", 201, Phase.SUBMITTED),
+    ("restart", 200, Phase.PENDING),
+])
+def test_clone_and_restart_answer_from_their_transaction(world, client_for, killer, action, status_code, phase):
+    job = _ended(world.users["bob"])
+    bob = client_for("bob")
+    killer.armed = True
+
+    response = bob.post(job_url(job.pk, action), {}, format="json")
+
+    assert killer.killed, "the connection was not ended after the commit"
+    assert response.status_code == status_code, response.content[:500]
+    killer.fresh_connection()
+    data = response.json()
+    assert data["phase"] == phase
+    assert Job.objects.count() == (2 if action == "clone" else 1)
+    assert Job.objects.get(pk=data["id"]).phase == phase
+    assert bob.get(job_url(data["id"])).json() == data
+
+
+@pytest.mark.parametrize("key, most", [(None, SUBMIT_QUERIES), ("k-1", SUBMIT_QUERIES_WITH_KEY)])
+def test_a_submit_reads_nothing_after_its_commit(world, client_for, django_assert_max_num_queries, key, most):
+    bob = client_for("bob")
+    bob.get(JOBS_URL)  # the token is looked up per request either way
+    headers = {"Idempotency-Key": key} if key else {}
+
+    with django_assert_max_num_queries(most), CaptureQueriesContext(connection) as queries:
+        response = bob.post(JOBS_URL, GOOD, format="json", headers=headers)
+
+    assert response.status_code == 201
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert statements[-1] == "COMMIT", statements[statements.index("COMMIT"):]
+    assert statements.count("COMMIT") == 1
