@@ -73,7 +73,7 @@ def event_record(
     if publish:
         from .realtime import publish_job_changes
 
-        transaction.on_commit(lambda: publish_job_changes([job.pk]))
+        transaction.on_commit(lambda: publish_job_changes([job.pk]), robust=True)
     return event
 
 
@@ -170,7 +170,7 @@ def job_transition(
             message=message,
             publish=False,
         )
-    transaction.on_commit(lambda: _on_commit_effects(current.pk, old_phase, phase))
+    transaction.on_commit(lambda: _on_commit_effects(current.pk, old_phase, phase), robust=True)
     for f in Job._meta.concrete_fields:  # the caller's instance shows the new state too
         setattr(job, f.attname, getattr(current, f.attname))
     return current
@@ -221,7 +221,7 @@ def job_queue_behind_update(*, behind: dict[int, str], jobs: Iterable[int] = (),
         return
     from .realtime import publish_job_changes
 
-    transaction.on_commit(lambda: publish_job_changes(changed))
+    transaction.on_commit(lambda: publish_job_changes(changed), robust=True)
 
 
 def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None:
@@ -250,7 +250,7 @@ def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
     from .realtime import publish_job_changes
 
     changed = [j.pk for j in jobs]
-    transaction.on_commit(lambda: publish_job_changes(changed))
+    transaction.on_commit(lambda: publish_job_changes(changed), robust=True)
 
 
 def _update_from_values(jobs: list[Job], fields: list[str], batch: int = 5000) -> None:
@@ -492,7 +492,7 @@ def job_submit(*, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str = 
             raise SubmitKeyTaken(idempotency_key) from exc
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
     event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
-    transaction.on_commit(request_pass)
+    transaction.on_commit(request_pass, robust=True)
     return job
 
 

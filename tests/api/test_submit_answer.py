@@ -118,3 +118,18 @@ def test_a_submit_reads_nothing_after_its_commit(world, client_for, django_asser
     statements = [q["sql"] for q in queries.captured_queries]
     assert statements[-1] == "COMMIT", statements[statements.index("COMMIT"):]
     assert statements.count("COMMIT") == 1
+
+
+def test_an_after_commit_effect_that_fails_never_fails_the_saved_write(world, client_for, monkeypatch, caplog):
+    """The effects after a commit (the live update, the scheduler's wake-up) are robust: one that raises is logged,
+    and the saved job still answers 201 (issue 21.2)."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the channel layer fell over")
+
+    monkeypatch.setattr(jobs.realtime, "publish_job_changes", broken)
+    monkeypatch.setattr(services, "request_pass", broken)
+    response = client_for("bob").post(JOBS_URL, GOOD, format="json")
+    assert response.status_code == 201, response.content[:500]
+    assert Job.objects.get().pk == response.json()["id"]
+    assert "the channel layer fell over" in caplog.text
