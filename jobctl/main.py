@@ -120,7 +120,9 @@ def _spec_from_flags(args: argparse.Namespace) -> dict[str, Any]:
     rest = getattr(args, "argv", None) or []
     if command is not None and rest:
         raise UsageError("give the command either with --command or after --, not both")
-    if rest:
+    if len(rest) == 1:  # one word: a shell command as it is (`-- 'echo a; exit 3'`), as ssh takes one
+        command = rest[0]
+    elif rest:  # several: a program and its arguments, each kept whole (`-- python3 -c "print('a b')"`)
         command = " ".join(_quote(a) for a in rest)
     if command is not None:
         spec["command"] = command
@@ -572,7 +574,8 @@ def _add_spec_flags(p: argparse.ArgumentParser, *, for_clone: bool = False) -> N
         p.add_argument("-g", "--group", help="group (queue) to submit to")
     p.add_argument("--image", help="image name (see jobctl groups NAME / the group's images)")
     p.add_argument("-t", "--instance-type", dest="instance_type", help="instance type, e.g. gpu-1")
-    p.add_argument("-c", "--command", help="shell command to run (or give it after --)")
+    p.add_argument("-c", "--command", help="shell command to run; or after --: one word is a shell command as it "
+                                           "is ('echo a; exit 3'), several a program and its arguments")
     p.add_argument("-e", "--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")
     p.add_argument("--replicas", type=int)
     p.add_argument("--type", dest="job_type", choices=["training", "interactive"])

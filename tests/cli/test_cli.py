@@ -501,3 +501,23 @@ def test_help_documents_exit_codes(jobctl):
     for command in ("login", "submit", "list", "get", "describe", "logs", "cancel", "stop", "restart", "clone",
                     "queue", "util", "usage"):
         assert command in result.stdout
+
+
+def test_one_word_after_dashes_is_a_shell_command_that_runs_as_such(bob):
+    """`jobctl submit -- 'echo a; exit 3'` (issue 22.7: it ran as one word, exit 127): the job runs the shell
+    command and ends FAILED with its exit code."""
+    from scheduler.passes import schedule_pass
+    from scheduler.sync import sync_jobs
+
+    result = bob("submit", "-g", "phusers", "--image", "base-notebook", "-t", "cpu-tiny", "--backoff-limit", "0",
+                 "--", "echo a; exit 3")
+    assert result.returncode == 0, result.stderr
+    job = Job.objects.get()
+    assert job.command == "echo a; exit 3"
+    deadline = time.monotonic() + 60
+    while job.phase not in (Phase.SUCCEEDED, Phase.FAILED) and time.monotonic() < deadline:
+        schedule_pass()
+        sync_jobs()
+        job.refresh_from_db()
+        time.sleep(0.1)
+    assert (job.phase, job.exit_code) == (Phase.FAILED, 3), job.message
