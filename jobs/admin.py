@@ -10,6 +10,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.admin.widgets import FilteredSelectMultiple
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import Group as PermissionGroup
 from django.db import transaction
 from django.db.models import Count
 from django.template.response import TemplateResponse
@@ -31,6 +34,21 @@ GIB = 1 << 30
 admin.site.site_header = "jobsite administration"
 admin.site.site_title = "jobsite admin"
 admin.site.index_title = "Groups, quotas, instance types, images and jobs"
+
+# Django's own permission groups are not used (a team is a jobsite Group, joined through a membership; staff get
+# permissions one by one): hidden, so the admin has one "Groups", jobsite's. The user page loses its groups field.
+admin.site.unregister(PermissionGroup)
+admin.site.unregister(get_user_model())
+
+
+@admin.register(get_user_model())
+class SiteUserAdmin(UserAdmin):
+    """Django's user admin without the unused permission groups."""
+
+    list_filter = tuple(f for f in UserAdmin.list_filter if f != "groups")
+    filter_horizontal = tuple(f for f in UserAdmin.filter_horizontal if f != "groups")
+    fieldsets = tuple((title, {**options, "fields": tuple(f for f in options["fields"] if f != "groups")})
+                      for title, options in UserAdmin.fieldsets)
 
 
 def _request_pass_after_commit() -> None:

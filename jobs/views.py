@@ -276,12 +276,16 @@ def _act(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return redirect("jobs:detail", pk=job.pk)
+    # Each message names its own action: a cancelled job is not said to be "stopped" (Stop is another button).
+    ending = job.phase == Phase.TERMINATING
     if action == "restart":
-        messages.success(request, f"Job #{job.pk} is back in the queue of {job.group.name}.")
-    elif job.phase == Phase.TERMINATING:
-        messages.success(request, f"Job #{job.pk} is being stopped.")
+        text = f"Job #{job.pk} restarted: back in the queue of {job.group.name}."
+    elif action == "stop":
+        text = (f"Job #{job.pk} is being stopped; you can restart it once it has stopped." if ending
+                else f"Job #{job.pk} stopped; you can restart it.")
     else:
-        messages.success(request, f"Job #{job.pk} {'stopped' if action == 'stop' else 'cancelled'}.")
+        text = f"Job #{job.pk} is being cancelled." if ending else f"Job #{job.pk} cancelled."
+    messages.success(request, text)
     return redirect("jobs:detail", pk=job.pk)
 
 

@@ -111,6 +111,25 @@
     for (var i = 0; i < boxes.length; i++) boxes[i].checked = event.target.checked;
   });
 
+  // The bulk form (hx-post) asks the question of the button pressed with the number of rows checked: "Cancel 3
+  // selected jobs?". With none checked it asks nothing: the server answers "Select the jobs to act on first."
+  document.addEventListener("htmx:confirm", function (event) {
+    var form = event.detail.elt;
+    if (!form.hasAttribute || !form.hasAttribute("data-confirm-selected")) return;
+    var trigger = event.detail.triggeringEvent;
+    var button = trigger && trigger.submitter;
+    if (!button || button.form !== form) button = document.activeElement;
+    if (!button || button.form !== form) return;
+    var count = Array.prototype.filter.call(form.elements, function (el) {
+      return el.name === "ids" && el.checked;
+    }).length;
+    var question = count === 1 ? button.getAttribute("data-confirm-one")
+      : (button.getAttribute("data-confirm-many") || "").replace("{n}", String(count));
+    if (!count || !question) return;
+    event.preventDefault();
+    if (window.confirm(question)) event.detail.issueRequest(true);
+  });
+
   document.addEventListener("htmx:afterRequest", function (event) {
     if (event.detail.elt.id !== "bulk-form" || !event.detail.successful) return;
     var boxes = rowBoxes();

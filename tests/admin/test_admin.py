@@ -477,3 +477,23 @@ def test_gpu_usage_page_shows_gpu_hours_per_group_and_user(client, world, submit
 def test_gpu_usage_page_needs_staff(client, world):
     client.force_login(world.users["bob"])
     assert client.get("/admin/jobs/gpuusage/").status_code == 302
+
+
+@pytest.mark.django_db
+def test_admin_index_has_one_groups_entry_jobsites(admin_client):
+    """Django's permission groups (unused) are not listed: the one "Groups" of the index is jobsite's teams."""
+    html = admin_client.get("/admin/").content.decode()
+    entries = re.findall(r'<th scope="row" id="[\w-]+">\s*<a href="([^"]+)"[^>]*>([^<]+)</a>', html)
+    assert len(entries) >= 6
+    groups = [href for href, name in entries if "group" in name.lower()]
+    assert groups == [reverse("admin:jobs_group_changelist")], entries
+    assert admin_client.get("/admin/auth/group/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_user_page_has_no_permission_groups_field(admin_client, world):
+    response = admin_client.get(reverse("admin:auth_user_change", args=[world.users["bob"].pk]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'name="groups"' not in html and 'name="user_permissions"' in html
+    assert admin_client.get(reverse("admin:auth_user_changelist")).status_code == 200

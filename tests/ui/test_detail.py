@@ -178,7 +178,7 @@ def test_cancel_running_job_goes_terminating(login, submit, client, make_admitte
     login("bob").post(cancel(job))
     job.refresh_from_db()
     assert job.phase == "TERMINATING"
-    assert f"Job #{job.pk} is being stopped." in client.get(detail(job)).content.decode()
+    assert f"Job #{job.pk} is being cancelled." in client.get(detail(job)).content.decode()
 
 
 def test_cancel_of_ended_job_shows_error(login, submit, client):
