@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
-from datetime import timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 
-from . import logs, realtime, selectors
+from . import catchup, logs, realtime, selectors
 from .choices import TERMINAL_PHASES
 from .models import Attempt, Job, JobEvent, Membership
 
@@ -124,6 +124,11 @@ class _AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
         for item in items.values():
             asyncio.ensure_future(self.job_updated({"type": "job.updated", **item}))
 
+    def hub_catch_up(self, since: datetime) -> None:
+        """The layer was away from ``since`` (``jobs.catchup``): what changed meanwhile was not heard. By default
+        as a change (pages redrawn whole refetch their block)."""
+        self.hub_push({})
+
     async def job_updated(self, message: dict[str, Any]) -> None:
         pass
 
@@ -141,6 +146,7 @@ class _CoalescingConsumer(_AuthenticatedConsumer):
     async def connect(self) -> None:
         self.buffer: dict[int, dict[str, Any]] = {}
         self.sending: asyncio.Task | None = None
+        self.behind_since: datetime | None = None  # the layer was away from then: catch up before the next frame
         self.caught_up = asyncio.Event()  # frames wait for what the socket sends first
         await super().connect()
         if self.joined:
@@ -149,8 +155,9 @@ class _CoalescingConsumer(_AuthenticatedConsumer):
                     await self.send_html(html)
         self.caught_up.set()
 
-    async def catch_up(self) -> list[str]:
-        """What the page missed between being drawn and its socket opening (frames, as ``frame``)."""
+    async def catch_up(self, since: datetime | None = None) -> list[str]:
+        """What the page missed between being drawn and its socket opening, or (``since``) while the layer was away
+        from then (frames, as ``frame``)."""
         return []
 
     def hub_push(self, items: dict[int, dict[str, Any]]) -> None:
@@ -161,12 +168,17 @@ class _CoalescingConsumer(_AuthenticatedConsumer):
         if self.sending is None:
             self.sending = asyncio.ensure_future(self._drain())
 
+    def hub_catch_up(self, since: datetime) -> None:
+        self.behind_since = min(since, self.behind_since or since)
+        self.hub_push({})
+
     async def _drain(self) -> None:
         try:
             await self.caught_up.wait()
-            while self.buffer:
-                items, self.buffer = self.buffer, {}
-                for html in await self.frame(items):
+            while self.buffer or self.behind_since:
+                items, self.buffer, since, self.behind_since = self.buffer, {}, self.behind_since, None
+                # A catch-up reads the page anew (the rows buffered are older than what it reads).
+                for html in await (self.catch_up(since) if since else self.frame(items)):
                     if html:
                         await self.send_html(html)
         except Exception as exc:
@@ -195,8 +207,8 @@ class JobsConsumer(_CoalescingConsumer):
 
     Rows of the page change in place; a job that no longer matches the filters (e.g. ``phase=RUNNING`` after it
     ended) is removed; a job that comes to match on the first page is inserted where the order (newest first) puts
-    it; elsewhere a "N new jobs — show" notice counts them. On (re)connect, rows that changed since the page was
-    drawn are sent once."""
+    it; elsewhere a "N new jobs — show" notice counts them. On (re)connect, and when the channel layer is back
+    after an outage (``jobs.catchup``), rows that changed since the page was drawn (or the layer went) are sent."""
 
     async def connect(self) -> None:
         query = QueryDict(self.scope.get("query_string", b"").decode("latin-1"), mutable=True)
@@ -214,37 +226,20 @@ class JobsConsumer(_CoalescingConsumer):
         self.new_count = 0
         await super().connect()
 
-    async def catch_up(self) -> list[str]:
-        return [await database_sync_to_async(self._catch_up)()]
-
-    async def channel_groups(self) -> set[str] | None:
-        return await database_sync_to_async(channel_groups_of)(self.user_id)
-
-    def _catch_up(self) -> str:
-        """What changed between drawing the page and this (re)connect: the page's rows again, if any changed. The
-        page's ids and change times are read first (one narrow query); rows are read and drawn only when sent."""
+    async def catch_up(self, since: datetime | None = None) -> list[str]:
+        """What changed since the page was drawn (on connect) or since ``since`` (the layer was away): the page's
+        rows again, if any changed (``catchup.list_page``: one narrow query unless they did)."""
         from .views import PAGE_SIZE
 
         self.page_size = PAGE_SIZE
-        user = get_user_model().objects.get(pk=self.user_id)
-        jobs, _ = selectors.job_list(user, QueryDict(self.params))  # the page's query
-        start = (self.page - 1) * PAGE_SIZE
-        page = jobs[start:start + PAGE_SIZE]
-        stamps = list(page.values_list("id", "updated_at"))
-        self.shown = {pk for pk, _ in stamps}
-        if self.client_shown is None:
-            return ""  # not a page (a script): from now on
-        # The page was drawn a little before its socket opened: a change committed meanwhile is sent again.
-        since = self.since and self.since - timedelta(seconds=2)
-        changed = since is not None and any(updated and updated >= since for _, updated in stamps)
-        if self.shown == self.client_shown and not changed:
-            return ""
-        if not stamps and self.client_shown:
-            return "".join(f'<tr id="job-{i}" hx-swap-oob="delete"></tr>' for i in sorted(self.client_shown))
-        rows = selectors.with_queue_positions(page)
-        self.shown = {job.pk for job in rows}  # what is sent (the page may have moved since its ids were read)
-        body = "".join(render_to_string("jobs/_job_row.html", {"job": job}) for job in rows)
-        return f'<tbody id="job-rows" hx-swap-oob="true">{body}</tbody>'
+        if since is not None and self.client_shown is not None:  # the page shows what this socket sent it
+            self.client_shown, self.since = set(self.shown), since
+        self.shown, html = await database_sync_to_async(catchup.list_page)(
+            self.user_id, self.params, self.page, self.client_shown, self.since)
+        return [html]
+
+    async def channel_groups(self) -> set[str] | None:
+        return await database_sync_to_async(channel_groups_of)(self.user_id)
 
     def _notice(self) -> str:
         noun = "job" if self.new_count == 1 else "jobs"
@@ -388,8 +383,8 @@ class JobDetailConsumer(_OneJobMixin, _CoalescingConsumer):
         self.failed: set[str] = set()
         await super().connect()
 
-    async def catch_up(self) -> list[str]:
-        return await database_sync_to_async(self._draw)(True)
+    async def catch_up(self, since: datetime | None = None) -> list[str]:
+        return await database_sync_to_async(self._draw)(since is None)
 
     async def frame(self, items: dict[int, dict[str, Any]]) -> list[str]:
         return await database_sync_to_async(self._draw)(False)
@@ -464,12 +459,16 @@ class JobLogConsumer(_OneJobMixin, _AuthenticatedConsumer):
         self.phase: str | None = None
         await super().connect()
         if self.joined:
-            phase = await database_sync_to_async(self._phase)()
-            if phase:
-                await self._send_phase(phase)
+            await self._catch_up_phase()
 
-    def _phase(self) -> str | None:
-        return Job.objects.filter(pk=self.job_id).values_list("phase", flat=True).first()
+    def hub_catch_up(self, since: datetime) -> None:
+        asyncio.ensure_future(self._catch_up_phase())
+
+    async def _catch_up_phase(self) -> None:
+        phase = await database_sync_to_async(
+            lambda: Job.objects.filter(pk=self.job_id).values_list("phase", flat=True).first())()
+        if phase:
+            await self._send_phase(phase)
 
     async def _send_phase(self, phase: str) -> None:
         if phase != self.phase:

@@ -7,7 +7,8 @@ Audiences (channel-layer groups):
   ``jobs.utilisation``       "something changed", without rows (the utilisation page)
 
 ``publish_job_changes`` is called from the after-commit hooks of ``jobs.services``. It never raises into its
-caller: with the layer down the change is logged and browsers catch up when they reconnect.
+caller: with the layer down the change is logged and sent again later, and pages catch up when the layer is back
+(``jobs.catchup``).
 
 Fan-out does not grow with the number of sockets per message: sockets are not members of layer groups. Each web
 process has one ``Hub`` (one layer channel) that joins the groups its sockets need, receives each change once,
@@ -33,7 +34,7 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.utils import timezone
 
-from . import channel_auth
+from . import catchup, channel_auth
 from .choices import Phase
 from .state_machine import color_for, color_name
 
@@ -44,8 +45,6 @@ JOB_PREFIX = "jobs.job."
 UTILISATION = "jobs.utilisation"
 # A web process hands its sockets what changed at most this often (a burst of changes of one job: its last state).
 FLUSH_SECONDS = 0.05
-# How often the hub renews its layer group memberships (they expire after the layer's group_expiry).
-GROUP_RENEW_SECONDS = 60.0
 
 MESSAGE_FIELDS = (
     "id", "name", "group_id", "group__name", "user__username", "instance_type__name", "replicas", "gpu",
@@ -248,6 +247,7 @@ class _Publisher:
         self.lock = threading.Lock()
         # The database is read in a thread of its own (no event loop there, one connection).
         self.reader = ThreadPoolExecutor(1, thread_name_prefix="jobsite-publisher-db")
+        self.resend = catchup.Resend(self)  # the changes it could not send go out again later
         self.thread = threading.Thread(target=self._run, name="jobsite-publisher", daemon=True)
         self.thread.start()
         self.ready.wait(5)
@@ -273,8 +273,9 @@ class _Publisher:
                     await _send_all(layer, change_messages(items))
                     self.batches += 1
                     self.rows += len(items)
+                    self.resend.sent()
                 except Exception as exc:
-                    log.error("could not publish job changes: %r", exc)
+                    log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
 
     def submit(self, layer: Any, job_ids: Iterable[int]) -> None:
         with self.lock:
@@ -318,7 +319,8 @@ class Hub:
     Each change arrives here once however many sockets listen; the newest row per job is kept and every
     ``FLUSH_SECONDS`` each socket is handed the rows of its groups (``consumer.hub_push(items)``, where it keeps
     the newest per job until its own send is done). Sockets are never members of layer groups, so one that goes
-    away leaves nothing behind in Redis; the hub leaves a group when its last socket does."""
+    away leaves nothing behind in Redis; the hub leaves a group when its last socket does. Its ``watch``
+    (``jobs.catchup.LayerWatch``) notices when the layer was away and has every socket catch up."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
@@ -331,13 +333,15 @@ class Hub:
         self.tasks: list[asyncio.Task] = []
         self.lock = asyncio.Lock()
         self.matches: dict[tuple[str, frozenset[int]], asyncio.Future] = {}
+        self.watch = catchup.LayerWatch(self)  # notices outages of the layer; the sockets then catch up
 
     async def set_groups(self, consumer: Any, groups: set[str]) -> None:
         """Listen to these groups (and no others) for ``consumer``: job groups, ``jobs.all`` or ``job_channel(id)``."""
         async with self.lock:
             if self.channel is None:
                 self.channel = await self.layer.new_channel("jobsite.hub.")
-                self.tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._keep_groups())]
+                ping = not isinstance(self.layer, InMemoryChannelLayer)  # that one never drops a message
+                self.tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self.watch.run(ping))]
             for name in sorted(groups):
                 members = self.listeners.setdefault(name, set())
                 if not members:
@@ -358,7 +362,11 @@ class Hub:
     async def _layer_join(self, name: str) -> None:
         self.joined[name] = self.joined.get(name, 0) + 1
         if self.joined[name] == 1:
-            await self.layer.group_add(name, self.channel)
+            try:
+                await self.layer.group_add(name, self.channel)
+            except Exception as exc:  # the layer is away: joined again, and the sockets caught up, when it is back
+                log.warning("could not join channel group %s: %r", name, exc)
+                self.watch.lost()
 
     async def _drop(self, consumer: Any, keep: set[str]) -> None:
         for name in [n for n, members in self.listeners.items() if consumer in members and n not in keep]:
@@ -380,16 +388,6 @@ class Hub:
         """The layer groups this process listens to."""
         return set(self.joined)
 
-    async def _keep_groups(self) -> None:
-        # Layer group memberships expire (group_expiry): renew them while sockets listen.
-        while True:
-            await asyncio.sleep(GROUP_RENEW_SECONDS)
-            for name in list(self.joined):
-                try:
-                    await self.layer.group_add(name, self.channel)
-                except Exception as exc:
-                    log.warning("could not renew channel group %s: %r", name, exc)
-
     async def _receive(self) -> None:
         while True:
             try:
@@ -401,6 +399,8 @@ class Hub:
                 await asyncio.sleep(1)
                 continue
             if not channel_auth.accept(message, self.channel):  # unsigned, forged, another installation's, stale
+                continue
+            if self.watch.pong(message):
                 continue
             group = message.get("group")
             if message.get("type") != "jobs.changed" or group not in self.joined:
