@@ -89,7 +89,7 @@ def _wait_info(job: dict) -> str:
 
 def _est_start(job: dict) -> str:
     """When a pending job is expected to start, in local time (with the date unless today) and on what basis:
-    "14:20 (by deadlines)"; "not within 30 days" when the scheduler expects no start that soon; "-" otherwise."""
+    "14:20 (by history)", "18:00 at the latest (by deadlines)"; "not within 30 days" when the scheduler expects no start that soon; "-" otherwise."""
     if job.get("phase") != "PENDING":
         return "-"
     when = parse_time(job.get("estimated_start"))
@@ -97,7 +97,8 @@ def _est_start(job: dict) -> str:
         return "not within 30 days" if job.get("queue_position") else "-"
     local = when.astimezone()
     shown = f"{local:%H:%M}" if local.date() == datetime.now().astimezone().date() else f"{local:%Y-%m-%d %H:%M}"
-    return f"{shown} (by {job.get('estimate_basis') or 'deadlines'})"
+    basis = job.get("estimate_basis") or "deadlines"
+    return f"{shown}{' at the latest' if basis == 'deadlines' else ''} (by {basis})"
 
 
 def _env_pairs(values: list[str]) -> dict[str, str]:

@@ -418,7 +418,7 @@ def test_get_and_queue_show_the_estimated_start(bob, submit):
     behind = submit("lin", "gpu-1", name="behind")  # after 40 days
     schedule_pass(now=t0)
     start = step_time(t0, t0 + timedelta(days=20)).astimezone()
-    shown = f"{start:%Y-%m-%d %H:%M} (by deadlines)"
+    shown = f"{start:%Y-%m-%d %H:%M} at the latest (by deadlines)"
     assert start.date() != datetime.now().astimezone().date()
 
     get = bob("get", str(waiting.pk))

@@ -200,13 +200,13 @@ def test_list_detail_and_queue_pages_show_the_estimated_start(login, submit):
 
     html = client.get("/").content.decode()
     assert (f'#1 in phusers · <span class="estimate" title="Estimated as if every job ahead ran to its deadline: '
-            f'likely earlier" data-start="{today.isoformat()}">est. start 23:59 (by deadlines)</span>' in html)
+            f'likely earlier" data-start="{today.isoformat()}">est. start 23:59 at the latest (by deadlines)</span>' in html)
     assert f'data-start="{later.isoformat()}">est. start {later:%Y-%m-%d %H:%M} (by history)' in html  # not today
     assert "#3 in phusers · " in html and "est. start not within 30 days" in html
 
     detail = client.get(f"/jobs/{soon.pk}/").content.decode()
     assert re.search(r"<dt>Estimated start</dt><dd class=\"estimated-start\"><span class=\"estimate\"[^>]*>"
-                     r"est. start 23:59 \(by deadlines\)</span>", detail)
+                     r"est. start 23:59 at the latest \(by deadlines\)</span>", detail)
     assert "est. start not within 30 days" in client.get(f"/jobs/{never.pk}/").content.decode()
 
     queue = client.get("/groups/phusers/queue/").content.decode()
@@ -250,7 +250,7 @@ def test_live_messages_say_the_estimate_as_the_pages_do(submit, t0):
 
 @pytest.mark.parametrize("phase, position, start, basis, text", [
     (Phase.PENDING, 3, "today 14:20", "history", "est. start 14:20 (by history)"),
-    (Phase.PENDING, 3, "2026-01-02 09:05", "deadlines", "est. start 2026-01-02 09:05 (by deadlines)"),
+    (Phase.PENDING, 3, "2026-01-02 09:05", "deadlines", "est. start 2026-01-02 09:05 at the latest (by deadlines)"),
     (Phase.PENDING, 3, None, "", "est. start not within 30 days"),
     (Phase.PENDING, None, None, "", ""),
     (Phase.RUNNING, None, "today 14:20", "history", ""),
