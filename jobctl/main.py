@@ -89,7 +89,8 @@ def _wait_info(job: dict) -> str:
 
 def _est_start(job: dict) -> str:
     """When a pending job is expected to start, in local time (with the date unless today) and on what basis:
-    "14:20 (by history)", "18:00 at the latest (by deadlines)"; "not within 30 days" when the scheduler expects no start that soon; "-" otherwise."""
+    "14:20 (by history)", "18:00 at the latest (by deadlines)"; "not within 30 days" when the scheduler expects
+    no start that soon; "-" otherwise."""
     if job.get("phase") != "PENDING":
         return "-"
     when = parse_time(job.get("estimated_start"))

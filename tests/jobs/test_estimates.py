@@ -200,7 +200,8 @@ def test_list_detail_and_queue_pages_show_the_estimated_start(login, submit):
 
     html = client.get("/").content.decode()
     assert (f'#1 in phusers · <span class="estimate" title="Estimated as if every job ahead ran to its deadline: '
-            f'likely earlier" data-start="{today.isoformat()}">est. start 23:59 at the latest (by deadlines)</span>' in html)
+            f'likely earlier" data-start="{today.isoformat()}">est. start 23:59 at the latest (by deadlines)</span>'
+            in html)
     assert f'data-start="{later.isoformat()}">est. start {later:%Y-%m-%d %H:%M} (by history)' in html  # not today
     assert "#3 in phusers · " in html and "est. start not within 30 days" in html
 
