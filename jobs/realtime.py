@@ -273,11 +273,15 @@ class _Publisher:
                         break
                 try:
                     items = await self.loop.run_in_executor(self.reader, _render_rows_and_close, ids)
+                except Exception as exc:  # the database: nothing to send again (a later change reads it afresh)
+                    log.error("could not read the changed jobs %s: %r", sorted(ids), exc)
+                    continue
+                try:
                     await _send_all(layer, change_messages(items))
                     self.batches += 1
                     self.rows += len(items)
                     self.resend.sent()
-                except Exception as exc:
+                except Exception as exc:  # the channel layer: sent again later
                     log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
 
     def submit(self, layer: Any, job_ids: Iterable[int]) -> None:

@@ -291,9 +291,19 @@ def test_an_installation_inside_a_shown_directory_stays_hidden(submit, clock, se
     get_backend.cache_clear()
     code = Path(settings.BASE_DIR)
     settings.JOBSITE_LOCAL_SANDBOX_PATHS = [str(code.parent), str(shown), str(code / "examples")]
-    job = submit("bob", command=f'ls "{code}" "{var}"; cat "{var}/jobsite.sqlite3" "{code}/jobsite/settings.py"; '
-                                f'echo written > out.txt; cat out.txt')
-    wait_for(job, {Phase.SUCCEEDED, Phase.FAILED}, clock)
+    # A checkout under /tmp shows /tmp, and with it pytest's own private (0700) directories above ``shown``: the
+    # job must be able to pass through them, as through /opt's, for the test to mean anything.
+    private = [p for p in tmp_path.parents if p.is_relative_to(code.parent) and p != code.parent
+               and not p.stat().st_mode & 0o001]
+    for p in private:
+        p.chmod(p.stat().st_mode | 0o001)
+    try:
+        job = submit("bob", command=f'ls "{code}" "{var}"; cat "{var}/jobsite.sqlite3" "{code}/jobsite/settings.py"; '
+                                    f'echo written > out.txt; cat out.txt')
+        wait_for(job, {Phase.SUCCEEDED, Phase.FAILED}, clock)
+    finally:
+        for p in private:
+            p.chmod(p.stat().st_mode & ~0o001)
     out = log_of(job)
     assert f"{code}:\nexamples\n" in out and f"{var}:\nlocal\n" in out, out  # only what the job needs
     assert "API tokens" not in out and "SECRET_KEY" not in out and out.endswith("written\n")
