@@ -1,5 +1,5 @@
-"""WebSocket consumers: the live job list, one job's detail, a group's queue, utilisation (HTML for htmx's ws
-extension) and the log viewer's stream.
+"""WebSocket consumers: the live job list, a group's queue, utilisation (HTML for htmx's ws extension) and the log
+viewer's stream; one job's detail page is ``jobs.live_detail``.
 
 Authentication happens at the edge (``jobsite.asgi``: allowed hosts/origin, session); every consumer closes
 anonymous connections and checks permission before it listens. Memberships are checked again every
@@ -27,13 +27,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import QueryDict
-from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 
 from . import catchup, logs, realtime, selectors
 from .choices import TERMINAL_PHASES
-from .models import Attempt, Job, JobEvent, Membership
+from .models import Attempt, Job, Membership
 
 log = logging.getLogger(__name__)
 
@@ -365,75 +364,6 @@ class _OneJobMixin:
     def _visible(self) -> bool:
         user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
         return user is not None and selectors.jobs_visible_to(user).filter(pk=self.job_id).exists()
-
-
-class JobDetailConsumer(_OneJobMixin, _CoalescingConsumer):
-    """``ws/jobs/<id>/?after=<the last event id shown>`` (the page's script adds it): the detail page. When the
-    job changes, its head, status and attempts are drawn again from the page's templates (for this user: the
-    actions offered depend on who looks), new events are appended as rows of ``jobs/_event_row.html`` and the
-    viewers of new replica logs are inserted (empty: they follow from the start of the file; their bytes come
-    over ``ws/jobs/<id>/logs/``)."""
-
-    async def connect(self) -> None:
-        self.job_id = int(self.scope["url_route"]["kwargs"]["pk"])
-        query = QueryDict(self.scope.get("query_string", b"").decode("latin-1"))
-        after = query.get("after", "")
-        self.last_event = int(after) if after.isdigit() else None
-        self.viewers: set[str] | None = None
-        self.failed: set[str] = set()
-        await super().connect()
-
-    async def catch_up(self, since: datetime | None = None) -> list[str]:
-        return await database_sync_to_async(self._draw)(since is None)
-
-    async def frame(self, items: dict[int, dict[str, Any]]) -> list[str]:
-        return await database_sync_to_async(self._draw)(False)
-
-    def _draw(self, connecting: bool) -> list[str]:
-        """The head, status and attempts (unless just connected: the page has them), the events after the last one
-        sent and the viewers of logs the page does not have."""
-        from .views import detail_context
-
-        user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
-        job = user and selectors.jobs_visible_to(user).filter(pk=self.job_id).first()
-        if job is None:
-            return []
-        context = detail_context(user, job, read_logs=False)
-        pieces = []
-        if not connecting:
-            for template in ("jobs/_detail_head.html", "jobs/_detail_status.html", "jobs/_detail_attempts.html"):
-                pieces.append(with_oob(render_to_string(template, context)))
-        viewers = [r for _, replicas in context["logs"] for r in replicas]
-        names = {f"{r.attempt}-{r.rank}" for r in viewers}
-        failed = {f"{r.attempt}-{r.rank}" for r in viewers if r.failed}
-        if self.viewers is None:
-            self.viewers, self.failed = names, failed  # the page was drawn with these
-        # A replica the page shows turned out to be the first of its attempt to fail: its mark (the page's script
-        # then unfolds it; the viewer itself, with the lines it holds, stays).
-        for r in viewers:
-            name = f"{r.attempt}-{r.rank}"
-            if name in failed - self.failed and name in self.viewers:
-                pieces.append(with_oob(render_to_string("jobs/_log_failed_mark.html", {"r": r})))
-        self.failed |= failed
-        if self.last_event is None:  # not told which events the page shows: those from now on
-            self.last_event = JobEvent.objects.filter(job_id=self.job_id).order_by("-id").values_list(
-                "id", flat=True).first() or 0
-        else:
-            new = [r for r in viewers if f"{r.attempt}-{r.rank}" not in self.viewers]
-            if new:
-                html = "".join(render_to_string("jobs/_log_viewer.html", {**context, "r": r}) for r in new)
-                pieces.append(f'<div hx-swap-oob="afterbegin:#logs-list">{html}</div>')
-                self.viewers |= names
-        frames = ["".join(pieces)]
-        events = list(JobEvent.objects.filter(job_id=self.job_id, pk__gt=self.last_event)
-                      .select_related("attempt").order_by("id")[:500])
-        if events:
-            rows = "".join(render_to_string("jobs/_event_row.html", {"event": e}) for e in events)
-            if self.last_event == 0:
-                frames.append('<tr id="no-events" hx-swap-oob="delete"></tr>')
-            frames.append(f'<tbody hx-swap-oob="beforeend:#events tbody">{rows}</tbody>')
-            self.last_event = events[-1].pk
-        return frames
 
 
 # --- the live log viewer (static/js/logview.js) -------------------------------------------------------------

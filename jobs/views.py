@@ -235,7 +235,7 @@ def _attempt_logs(job: Job, attempts: list[Attempt], *, read: bool = True) -> li
 
 def detail_context(user, job: Job, *, read_logs: bool = True) -> dict[str, Any]:
     """What the detail page's live parts (head, status, attempts, log viewers) are drawn from: for the page and for
-    its socket (``jobs.consumers.JobDetailConsumer``), which draws them again when the job changes."""
+    its socket (``jobs.live_detail.JobDetailConsumer``), which draws them again when the job changes."""
     selectors.with_queue_positions([job])  # derived, not stored
     attempts = list(job.attempts.order_by("number"))
     terminal = is_terminal(job.phase)

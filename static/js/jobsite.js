@@ -79,8 +79,8 @@
     if (empty) empty.remove();
   });
 
-  // The list's socket is told which rows the page shows, the detail's which event it showed last: on a reconnect
-  // the server sends what changed meanwhile.
+  // The list's socket is told which rows the page shows, the detail's which event it showed last and which log
+  // viewers it has: on opening and on a reconnect the server sends what changed meanwhile.
   function pageState(url) {
     var u = new URL(url, location.href);
     var rows = document.querySelectorAll("#job-rows tr[data-job]");
@@ -90,6 +90,8 @@
       var last = 0, cells = document.querySelectorAll("#events [data-event]");
       for (var i = 0; i < cells.length; i++) last = Math.max(last, Number(cells[i].getAttribute("data-event")));
       u.searchParams.set("after", String(last));
+      var logs = document.querySelectorAll("#logs-list details[data-log]");  // the viewers it has: it gets the others
+      u.searchParams.set("logs", Array.prototype.map.call(logs, function (d) { return d.id.replace(/^log-/, ""); }).join(","));
     }
     return u.toString();
   }

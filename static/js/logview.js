@@ -3,9 +3,9 @@
 //
 // Log text only ever reaches the page through text nodes and class names: never as HTML.
 // The server (ws/jobs/<id>/logs/, jobs/consumers.py JobLogConsumer) sends one piece per log at a time and the
-// next only once this viewer has shown it; a viewer that fell behind gets the newest window and a note of the
-// bytes it skipped. Pieces are rendered a few hundred lines per animation frame, and at most MAX_LINES lines stay
-// in the page: older ones leave it and can be loaded again by byte range.
+// next only once this viewer has shown it; one that fell behind gets the newest window, which replaces the lines
+// shown in the frame that draws it (the log is never blank), and a note of the bytes skipped. Pieces are rendered
+// a few hundred lines per frame, at most MAX_LINES lines stay in the page (older ones can be loaded by range).
 (function () {
   "use strict";
 
@@ -137,8 +137,7 @@
     return node;
   };
 
-  // Escape sequences: CSI (ESC [ … final), OSC (ESC ] … BEL or ESC \), two-byte ESC x. A sequence cut at the end
-  // of a piece waits for the next piece.
+  // Escape sequences: CSI (ESC [ … final), OSC (ESC ] … BEL or ESC \), two-byte ESC x; one cut off waits for more.
   var ESCAPES = /\x1b\[([0-9;?:<=>]*)[ -\/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+][A-Za-z0-9]|\x1b[@-Z\\-_]/g;
   var INCOMPLETE = /\x1b(\[[0-9;?:<=>]*[ -\/]*|\][^\x07\x1b]*|[()*+])?$/;
 
@@ -350,6 +349,7 @@
     this.stick = false;
     if (!this.live) return;
     this.live = false;
+    this.replacing = null;  // a skip whose piece did not come: what is shown stays
     this.queue = this.queue.filter(function (item) { return !item.ack; });
     this.resubscribe();
     this.updateBars();
@@ -364,15 +364,13 @@
 
   LogViewer.prototype.onMessage = function (m) {
     if (!this.live) return;
-    if (m.type === "log.skipped") {
+    if (m.type === "log.skipped") {  // the next piece replaces the lines shown, in the frame that draws it
       this.received = m.to;
-      this.skipped = [m.from, m.to];
-      this.clear(m.to);
+      this.replacing = [m.from, m.to];
       this.size = Math.max(this.size, m.size || 0);
-      this.updateBars();
     } else if (m.type === "log.reset") {
       this.received = 0;
-      this.skipped = null;
+      this.skipped = this.replacing = null;
       this.clear(0);
       this.updateBars();
     } else if (m.type === "log.appended") {
@@ -382,7 +380,8 @@
         return;
       }
       this.received = m.end;
-      this.enqueue({ text: m.text, start: m.offset, end: m.end, ack: true });
+      this.enqueue({ text: m.text, start: m.offset, end: m.end, ack: true, replace: this.replacing });
+      this.replacing = null;
     } else if (m.type === "log.error") {
       this.setState(m.message);
     }
@@ -394,9 +393,9 @@
 
   // rendering: a few hundred lines per frame; at most MAX_LINES lines in the page
 
-  LogViewer.prototype.clear = function (offset) {
+  LogViewer.prototype.clear = function (offset, skipped) {  // skipped: [from, to), the queue's head replaces
     this.generation += 1;
-    this.queue = [];
+    if (skipped) this.skipped = skipped; else this.queue = [];
     this.pre.textContent = "";
     this.lines = 0;
     this.start = this.end = offset;
@@ -430,6 +429,7 @@
     var rendered = false;
     while (this.queue.length && performance.now() - began < FRAME_BUDGET_MS) {
       var item = this.queue[0];
+      if (item.replace && !item.done) this.clear(item.start, item.replace);  // never an empty log in between
       var step = takeLines(item.text, item.done), cut = step[0];
       var text = item.text.slice(item.done, cut);
       var last = cut >= item.text.length;

@@ -224,6 +224,8 @@ async def test_detail_socket_redraws_its_job_and_appends_new_events(ws, world, s
     other = await db(submit, "bob", name="other")
     first_event = await db(lambda: job.events.order_by("id").last().pk)
     detail, _ = await ws(f"/ws/jobs/{job.pk}/?after={first_event}", world.users["pan"])
+    opened = await detail.receive_from(timeout=5)  # the first draw: the page's live parts, as for every change
+    assert 'id="status-card" hx-swap-oob="true"' in opened and ">Submitted</span>" in opened
 
     await db(pending, other)  # another job of the group: not on this socket
     await db(pending, job, 1, "GroupQuota", "waiting for quota")
@@ -239,7 +241,7 @@ async def test_detail_socket_redraws_its_job_and_appends_new_events(ws, world, s
 
     # A page drawn before the GroupQuota event gets it when its socket opens, then what follows.
     owner, _ = await ws(f"/ws/jobs/{job.pk}/?after={first_event}", world.users["bob"])
-    caught_up = await owner.receive_from(timeout=5)
+    *_, caught_up = await frames_until(owner, lambda f: "beforeend:#events tbody" in f)
     assert caught_up.count("data-event=") == 1 and "waiting for quota" in caught_up
     await db(lambda: services.event_record(job=Job.objects.get(pk=job.pk), reason="Started", message="on local"))
     frame, events = await frames_until(owner, lambda f: "beforeend:#events tbody" in f)
