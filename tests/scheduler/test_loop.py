@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from prometheus_client import REGISTRY
 
 import scheduler.loop as loop_module
@@ -86,6 +86,17 @@ def _phase(job) -> str:
     return job.phase
 
 
+@pytest.fixture
+def ends_connections():
+    """A test that has PostgreSQL end connections leaves none of them behind for the next test: every connection
+    of this process closed, and its pool (whose idle connections may have been ended too) made anew."""
+    yield
+    connections.close_all()
+    for conn in connections.all():
+        if getattr(conn, "pool", None) is not None:
+            conn.close_pool()
+
+
 def _end_every_connection() -> int:
     """What PostgreSQL does to its clients on a restart or failover: every other connection to the test database
     ends, all at once. Waits until they are gone; the test's own next query runs on another connection."""
@@ -99,7 +110,7 @@ def _end_every_connection() -> int:
     return len(ended)
 
 
-def test_rounds_after_the_database_ended_every_connection_succeed(submit, settings, caplog):
+def test_rounds_after_the_database_ended_every_connection_succeed(submit, settings, caplog, ends_connections):
     """Four times, PostgreSQL ends every connection between jobs: the pool hands out no dead connection and no
     round fails."""
     settings.JOBSITE_SCHEDULER_INTERVAL = 0.1
@@ -120,7 +131,8 @@ def test_rounds_after_the_database_ended_every_connection_succeed(submit, settin
     assert "round failed" not in caplog.text
 
 
-def test_a_round_that_lost_its_connection_runs_again_at_once(submit, settings, monkeypatch, caplog):
+def test_a_round_that_lost_its_connection_runs_again_at_once(submit, settings, monkeypatch, caplog,
+                                                              ends_connections):
     """PostgreSQL ends the connection of an admission round while it runs: the round runs again at once on a fresh
     connection and admits the job; no round failed."""
     settings.JOBSITE_SCHEDULER_INTERVAL = 60  # rounds when woken only

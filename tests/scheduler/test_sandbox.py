@@ -293,7 +293,7 @@ def test_an_installation_inside_a_shown_directory_stays_hidden(submit, clock, se
     settings.JOBSITE_LOCAL_SANDBOX_PATHS = [str(code.parent), str(shown), str(code / "examples")]
     # A checkout under /tmp shows /tmp, and with it pytest's own private (0700) directories above ``shown``: the
     # job must be able to pass through them, as through /opt's, for the test to mean anything.
-    private = [p for p in tmp_path.parents if p.is_relative_to(code.parent) and p != code.parent
+    private = [p for p in (tmp_path, *tmp_path.parents) if p.is_relative_to(code.parent) and p != code.parent
                and not p.stat().st_mode & 0o001]
     for p in private:
         p.chmod(p.stat().st_mode | 0o001)
