@@ -27,6 +27,17 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
 
 
 @pytest.fixture(autouse=True)
+def _no_dead_connection():
+    """Each test starts on a live database connection: one that an earlier test had PostgreSQL end (the recovery
+    tests do) is closed first, as Django itself does at the start of every request."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and not conn.in_atomic_block and not conn.is_usable():
+            conn.close()
+
+
+@pytest.fixture(autouse=True)
 def _jobsite_settings(settings, tmp_path):
     settings.JOBSITE_SCHEDULER_MODE = "inprocess"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
