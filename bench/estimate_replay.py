@@ -39,7 +39,13 @@ import django  # noqa: E402
 
 django.setup()  # the history's arithmetic lives with its query in jobs.selectors; no database is touched
 
-from jobs.durations import HISTORY_MIN_SAMPLES, HISTORY_SAMPLES, DurationHistory  # noqa: E402
+from jobs.durations import (  # noqa: E402
+    HISTORY_SAMPLES,
+    LEVELS,
+    DurationHistory,
+    history_from_runs,
+    kinds_of,
+)
 from scheduler.core import GroupState, Node, QueuedJob, QuotaLimits, ReplicaPlacement, Verdict, decide  # noqa: E402
 from scheduler.estimate import DEADLINES, HISTORY, HeldJob, estimate  # noqa: E402
 
@@ -107,17 +113,13 @@ class History:
     runs: dict[tuple, deque] = field(default_factory=lambda: defaultdict(lambda: deque(maxlen=HISTORY_SAMPLES)))
 
     def record(self, spec: Spec, seconds: float) -> None:
-        for key in (("name", spec.user, spec.group, spec.name), ("type", spec.user, spec.group, spec.itype),
-                    ("group", spec.group, spec.itype)):
-            self.runs[key].append(seconds)
+        # The instance type as ``expected`` asks for it (its index): the same keys the product reads.
+        keys = kinds_of(spec.user, spec.group, spec.name, list(GPUS).index(spec.itype))
+        for level, key in zip(LEVELS, keys, strict=True):
+            self.runs[(level, key)].appendleft(seconds)  # newest first, as the selector reads them
 
     def snapshot(self) -> DurationHistory:
-        medians = {k: statistics.median(v) for k, v in self.runs.items() if len(v) >= HISTORY_MIN_SAMPLES}
-        return DurationHistory(
-            {k[1:]: m for k, m in medians.items() if k[0] == "name"},
-            {k[1:]: m for k, m in medians.items() if k[0] == "type"},
-            {k[1:]: m for k, m in medians.items() if k[0] == "group"},
-        )
+        return history_from_runs({k: list(v) for k, v in self.runs.items()})
 
 
 def expected(history: DurationHistory | None, spec: Spec) -> tuple[float, str]:

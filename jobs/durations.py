@@ -44,7 +44,7 @@ class DurationHistory:
                  deadline: float) -> tuple[float, str]:
         """The expected run time of a job and its basis: the median of the most similar recent jobs (never more than
         its deadline), "history"; else its deadline, "deadlines"."""
-        keys = _keys(user_id, group_id, name, instance_type_id)
+        keys = kinds_of(user_id, group_id, name, instance_type_id)
         found = next((getattr(self, level)[key] for level, key in zip(LEVELS, keys, strict=True)
                       if key in getattr(self, level)), None)
         if found is None:
@@ -55,8 +55,23 @@ class DurationHistory:
         return min(found, float(deadline)), "history"
 
 
-def _keys(user_id: int, group_id: int, name: str, type_id: int) -> tuple:
+def kinds_of(user_id: int, group_id: int, name: str, type_id: int) -> tuple:
+    """The key of a job at each of LEVELS, most like it first."""
     return (user_id, group_id, name), (user_id, group_id, type_id), (group_id, type_id), type_id, group_id
+
+
+def history_from_runs(runs: dict[tuple[str, object], list[float]],
+                      min_samples: int = HISTORY_MIN_SAMPLES) -> DurationHistory:
+    """The history of run times per (level, key), newest kept (the replay benchmark keeps them in memory)."""
+    history = DurationHistory({}, {}, {})
+    for (level, key), found in runs.items():
+        if not found:
+            continue
+        if len(found) >= min_samples:
+            getattr(history, level)[key] = statistics.median(found)
+        else:
+            history.few[(level, key)] = statistics.median(found)
+    return history
 
 
 def job_duration_history(*, since: datetime, samples: int = HISTORY_SAMPLES, min_samples: int = HISTORY_MIN_SAMPLES,
@@ -76,14 +91,8 @@ def job_duration_history(*, since: datetime, samples: int = HISTORY_SAMPLES, min
     runs: dict[tuple[str, object], list[float]] = defaultdict(list)
     for user_id, group_id, name, type_id, run in rows:  # newest first
         seconds = max(run.total_seconds(), 0.0)
-        for level, key in zip(LEVELS, _keys(user_id, group_id, name, type_id), strict=True):
+        for level, key in zip(LEVELS, kinds_of(user_id, group_id, name, type_id), strict=True):
             found = runs[(level, key)]
             if len(found) < samples:
                 found.append(seconds)
-    history = DurationHistory({}, {}, {})
-    for (level, key), found in runs.items():
-        if len(found) >= min_samples:
-            getattr(history, level)[key] = statistics.median(found)
-        else:
-            history.few[(level, key)] = statistics.median(found)
-    return history
+    return history_from_runs(runs, min_samples)
