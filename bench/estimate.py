@@ -25,8 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler import estimate as estimate_module  # noqa: E402
-from scheduler.core import GroupState, Node, QueuedJob, QuotaLimits, ReplicaPlacement, decide  # noqa: E402
+from scheduler.core import GroupState, QueuedJob, QuotaLimits, ReplicaPlacement, decide  # noqa: E402
 from scheduler.estimate import DEADLINES, HISTORY, HeldJob, estimate  # noqa: E402
+from scheduler.values import Node  # noqa: E402
 
 NOW = datetime(2026, 3, 2, 9, 17, 23, tzinfo=UTC)
 PH, RS = 1, 2

@@ -46,8 +46,9 @@ from jobs.durations import (  # noqa: E402
     history_from_runs,
     kinds_of,
 )
-from scheduler.core import GroupState, Node, QueuedJob, QuotaLimits, ReplicaPlacement, Verdict, decide  # noqa: E402
+from scheduler.core import GroupState, QueuedJob, QuotaLimits, ReplicaPlacement, Verdict, decide  # noqa: E402
 from scheduler.estimate import DEADLINES, HISTORY, HeldJob, estimate  # noqa: E402
+from scheduler.values import Node  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 PH, RS = 1, 2

@@ -34,8 +34,8 @@ django.setup()
 from django.conf import settings  # noqa: E402
 
 from scheduler.backends import netns  # noqa: E402
-from scheduler.backends.base import LaunchReplica, LaunchSpec  # noqa: E402
 from scheduler.backends.local import LocalBackend  # noqa: E402
+from scheduler.values import LaunchReplica, LaunchSpec  # noqa: E402
 
 GIB = 1 << 30
 

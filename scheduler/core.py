@@ -22,6 +22,8 @@ from datetime import datetime
 
 from jobs.rules import RESOURCES, QuotaLimits, fmt_amount, priority_name
 
+from .values import Node
+
 Resources = Mapping[str, int]
 
 
@@ -80,16 +82,6 @@ class QueuedJob:
     @property
     def order_key(self) -> tuple[bool, int, datetime, int]:
         return (not self.nominated, -self.priority, self.queued_at, self.id)
-
-
-@dataclass
-class Node:
-    """A node's allocatable and free resources; a resource it does not list is not limited by it."""
-
-    name: str
-    allocatable: dict[str, int]
-    free: dict[str, int]
-    free_gpu_ids: list[int] | None = None
 
 
 @dataclass(frozen=True)

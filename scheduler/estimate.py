@@ -37,7 +37,8 @@ from typing import NamedTuple
 
 from jobs.rules import RESOURCES, QuotaLimits
 
-from .core import GroupState, Node, Outcome, QueuedJob, Reason, ReplicaPlacement, Resources, Verdict, decide
+from .core import GroupState, Outcome, QueuedJob, Reason, ReplicaPlacement, Resources, Verdict, decide
+from .values import Node
 
 DEADLINES = "deadlines"
 HISTORY = "history"

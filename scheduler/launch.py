@@ -12,7 +12,8 @@ from jobs import services
 from jobs.choices import Phase
 from jobs.models import Attempt, Job
 
-from .backends.base import Backend, LaunchError, LaunchReplica, LaunchSpec
+from .backends.base import Backend, LaunchError
+from .values import LaunchReplica, LaunchSpec
 
 
 def attempt_launch(job_id: int, *, backend: Backend) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 from jobs.choices import JobType, Phase
 from jobs.rules import requeue_delay, restart_delay
 
-from .backends.base import ReplicaObservation, ReplicaState
+from .values import ReplicaObservation, ReplicaState
 
 S = ReplicaState
 

@@ -41,7 +41,6 @@ from jobs.choices import RESOURCE_PHASES, JobType, Phase
 from jobs.rules import QuotaLimits
 from jobs.state_machine import check_transition
 
-from .backends.base import LaunchReplica, LaunchSpec
 from .backends.sim import SimBackend
 from .core import GroupState, Outcome, QueuedJob, Reason, ReplicaPlacement, RunningJob, Verdict, decide
 from .reconcile import (
@@ -57,6 +56,7 @@ from .reconcile import (
     Transition,
     reconcile,
 )
+from .values import LaunchReplica, LaunchSpec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)  # virtual time zero: the workload's "submit": 0
 WINDOW = 2  # waiting jobs of each group asked about first; doubled while a group admits all it was asked about

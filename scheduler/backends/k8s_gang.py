@@ -30,7 +30,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .base import LaunchSpec
+from scheduler.values import LaunchSpec
+
 from .k8s_manifest import attempt_labels, service_name
 
 OFF = ""

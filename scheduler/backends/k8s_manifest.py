@@ -36,7 +36,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from kubernetes.utils import parse_quantity
 
-from .base import LaunchReplica, LaunchSpec, hostfile_text, replica_launch_env
+from scheduler.values import LaunchReplica, LaunchSpec
+
+from .base import hostfile_text, replica_launch_env
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "jobsite"

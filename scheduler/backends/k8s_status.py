@@ -12,7 +12,8 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from .base import ReplicaObservation, ReplicaState
+from scheduler.values import ReplicaObservation, ReplicaState
+
 from .k8s_manifest import CONTAINER
 
 S = ReplicaState

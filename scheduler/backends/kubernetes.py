@@ -43,9 +43,9 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.logs import replica_log_path
 from scheduler import metrics
-from scheduler.core import Node
+from scheduler.values import LaunchSpec, Node, ReplicaObservation, ReplicaState
 
-from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState
+from .base import LaunchError
 from .k8s_api import KubernetesUnavailable, api_message, call, load_api_client, parse_quantity
 from .k8s_events import events_record, fresh_events, is_job_pod_event
 from .k8s_gang import GangSettings, build_podgroup, gang_pods, podgroup_name

@@ -13,8 +13,9 @@ import logging
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduler.values import LaunchSpec
+
 from . import cgroups
-from .base import LaunchSpec
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,10 @@ from pathlib import Path
 from django.conf import settings
 
 from jobs.logs import replica_log_path
-from scheduler.core import Node
+from scheduler.values import LaunchSpec, Node, ReplicaObservation, ReplicaState
 
 from . import limits, netns, sandbox
-from .base import LaunchError, LaunchSpec, ReplicaObservation, ReplicaState, hostfile_text, replica_launch_env
+from .base import LaunchError, hostfile_text, replica_launch_env
 from .environments import BadEnvironment, Environment, read_environment
 from .local_runner import (
     MARKER,

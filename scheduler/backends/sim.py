@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from scheduler.core import Node
-
-from .base import LaunchSpec, ReplicaObservation, ReplicaState
+from scheduler.values import LaunchSpec, Node, ReplicaObservation, ReplicaState
 
 DURATION_ENV = "JOBSITE_SIM_SECONDS"
 STOPPED_EXIT_CODE = 143  # what a process ended by SIGTERM reports

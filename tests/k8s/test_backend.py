@@ -15,10 +15,10 @@ from kubernetes import client
 from jobs import services
 from jobs.choices import Phase
 from scheduler.backends import get_backend
-from scheduler.backends.base import ReplicaState
 from scheduler.backends.kubernetes import RBAC_RULES
 from scheduler.passes import schedule_pass
 from scheduler.sync import sync_jobs
+from scheduler.values import ReplicaState
 
 from .conftest import NAMESPACE, wait_for
 from .helpers import admit_and_launch, backend, has_waiting, name_of, phase_is, settle, sync_until

@@ -7,7 +7,6 @@ import kubernetes_validate
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from scheduler.backends.base import LaunchReplica, LaunchSpec
 from scheduler.backends.k8s_manifest import (
     PodDefaults,
     build_attempt,
@@ -16,6 +15,7 @@ from scheduler.backends.k8s_manifest import (
     resources,
 )
 from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.values import LaunchReplica, LaunchSpec
 
 from .conftest import NAMESPACE
 from .pod_security import baseline_violations, restricted_violations

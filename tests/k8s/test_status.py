@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes import client
 
-from scheduler.backends.base import ReplicaState as S
 from scheduler.backends.k8s_status import observe_pod
+from scheduler.values import ReplicaState as S
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 GRACE = 120

@@ -23,7 +23,6 @@ from jobs.models import Job
 from scheduler.actuator import get_actuator
 from scheduler.backends import get_backend
 from scheduler.backends import local as local_backend
-from scheduler.backends.base import ReplicaObservation, ReplicaState
 from scheduler.backends.local import LocalBackend
 from scheduler.launch import launch_spec
 from scheduler.passes import schedule_pass
@@ -39,6 +38,7 @@ from scheduler.reconcile import (
     Transition,
     reconcile,
 )
+from scheduler.values import ReplicaObservation, ReplicaState
 
 from .conftest import wait_for
 

@@ -4,7 +4,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from scheduler.core import GroupState, Node, QueuedJob, QuotaLimits, Reason, Verdict, decide, fmt_amount
+from scheduler.core import GroupState, QueuedJob, QuotaLimits, Reason, Verdict, decide, fmt_amount
+from scheduler.values import Node
 
 T0 = datetime(2026, 1, 1)
 BOB, PAN, LIN = 1, 2, 3

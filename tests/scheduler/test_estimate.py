@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from scheduler.core import GroupState, Node, Outcome, QueuedJob, QuotaLimits, Reason, ReplicaPlacement, Verdict, decide
+from scheduler.core import GroupState, Outcome, QueuedJob, QuotaLimits, Reason, ReplicaPlacement, Verdict, decide
 from scheduler.estimate import (
     DEADLINES,
     HISTORY,
@@ -20,6 +20,7 @@ from scheduler.estimate import (
     estimate,
     step_time,
 )
+from scheduler.values import Node
 
 NOW = datetime(2026, 1, 1, 12, 0)
 BOB, PAN, LIN = 1, 2, 3

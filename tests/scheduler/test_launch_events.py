@@ -15,12 +15,12 @@ from jobs import services
 from jobs.choices import Phase
 from scheduler.backends import get_backend
 from scheduler.backends import local as local_backend
-from scheduler.backends.base import ReplicaState
 from scheduler.backends.local import ExitEvents
 from scheduler.backends.local_runner import notify
 from scheduler.launch import attempt_launch, launch_spec
 from scheduler.loop import SchedulerLoop
 from scheduler.passes import schedule_pass
+from scheduler.values import ReplicaState
 
 from .conftest import wait_for
 

@@ -13,9 +13,9 @@ from jobs import services
 from jobs.choices import Phase
 from jobs.selectors import queue_positions
 from scheduler.backends import get_backend
-from scheduler.backends.base import ReplicaState
 from scheduler.backends.local import LocalBackend
 from scheduler.passes import schedule_pass
+from scheduler.values import ReplicaState
 
 from .conftest import wait_for
 

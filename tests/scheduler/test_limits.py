@@ -9,8 +9,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from scheduler.backends import cgroups, limits
-from scheduler.backends.base import LaunchReplica, LaunchSpec
 from scheduler.backends.cgroups import Limits, Mount, Plan, Write, limits_for, writes
+from scheduler.values import LaunchReplica, LaunchSpec
 
 GIB, MIB = 1024**3, 1024**2
 CPU_TINY = {"gpu": 0, "cpu": 500, "memory": GIB}

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from jobs import services
 from jobs.choices import Phase
 from scheduler.backends import cgroups, get_backend, limits
-from scheduler.backends.base import ReplicaState
+from scheduler.values import ReplicaState
 
 from .conftest import wait_for
 

@@ -322,7 +322,7 @@ LAUNCHER = """
 import os, sys
 import django
 django.setup()
-from scheduler.backends.base import LaunchReplica, LaunchSpec
+from scheduler.values import LaunchReplica, LaunchSpec
 from scheduler.backends.local import LocalBackend
 backend = LocalBackend(root=sys.argv[1], gpus=1)
 backend.launch(LaunchSpec(job_id=1, attempt_id=1, attempt_number=1, image="", command=sys.argv[2],

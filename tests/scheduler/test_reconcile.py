@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs.choices import JobType, Phase
-from scheduler.backends.base import ReplicaObservation, ReplicaState
 from scheduler.reconcile import (
     CountRestart,
     Fate,
@@ -23,6 +22,7 @@ from scheduler.reconcile import (
     attempt_fate,
     reconcile,
 )
+from scheduler.values import ReplicaObservation, ReplicaState
 
 S = ReplicaState
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -20,9 +20,9 @@ from rest_framework.test import APIClient
 from jobs import services
 from jobs.choices import Phase
 from scheduler.backends import get_backend, sandbox
-from scheduler.backends.base import LaunchReplica, LaunchSpec, ReplicaState
 from scheduler.backends.local_runner import MARKER, processes, replica_processes
 from scheduler.backends.sandbox import SETPRIV, SHIM_BIN, Facts, sandbox_argv, sandbox_env
+from scheduler.values import LaunchReplica, LaunchSpec, ReplicaState
 
 from .conftest import wait_for
 

@@ -12,7 +12,6 @@ from django.core.management import CommandError, call_command
 
 from jobs.choices import Phase
 from jobs.models import Job
-from scheduler.backends.base import LaunchReplica, LaunchSpec, ReplicaState
 from scheduler.backends.sim import SimBackend
 from scheduler.replay import (
     Replay,
@@ -20,6 +19,7 @@ from scheduler.replay import (
     parse_workload,
     workload_from_history,
 )
+from scheduler.values import LaunchReplica, LaunchSpec, ReplicaState
 
 T = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 GENERATOR = Path(__file__).resolve().parents[2] / "bench" / "workloads" / "make_kueue_baseline.py"
