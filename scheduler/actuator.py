@@ -4,6 +4,10 @@ They run after the decision has committed and, in the scheduler loop, on a small
 or failing cluster API (retries, ``Retry-After``, timeouts) never holds up admission. Without a pool (``workers=0``:
 tests, one-shot commands) they run inline in the caller's thread. At most one call per attempt and kind is queued at
 a time, and the stops that went through are remembered, so reconcile asks for a graceful stop once.
+
+A launch the backend's API cut short (``BackendUnavailable``: its retries ran out) is remembered too, and tried
+again, once per sync round, before the attempt is observed (``resume_launch``) until it is made, refused or
+stopped.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import connections
 
-from .backends.base import Backend
+from .backends.base import Backend, BackendUnavailable, LaunchError
 from .launch import attempt_launch, attempt_relaunch
+from .values import LaunchSpec, ReplicaObservation, ReplicaState
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,7 @@ class Actuator:
         self._lock = threading.Lock()
         self._queued: set[tuple[str, int]] = set()
         self._stops: dict[int, str] = {}  # attempt id -> "graceful" | "forced", for stops that went through
+        self._unlaunched: dict[tuple[int, int], LaunchSpec] = {}  # (job, attempt number): launches cut short
 
     # --- what reconcile reads ----------------------------------------------------------------------------------
 
@@ -51,13 +57,52 @@ class Actuator:
     # --- calls -----------------------------------------------------------------------------------------------------
 
     def launch(self, job_id: int) -> None:
-        self._run(("launch", job_id), lambda: attempt_launch(job_id, backend=self.backend))
+        self._run(("launch", job_id), lambda: attempt_launch(job_id, backend=self.backend, launch=self._launch))
 
     def relaunch(self, job_id: int) -> None:
-        self._run(("relaunch", job_id), lambda: attempt_relaunch(job_id, backend=self.backend))
+        self._run(("relaunch", job_id), lambda: attempt_relaunch(job_id, backend=self.backend, launch=self._launch))
+
+    def _launch(self, spec: LaunchSpec, *, retries: int | None = None) -> dict:
+        """The backend's launch; one cut short by an unavailable API is remembered for ``resume_launch``."""
+        key = (spec.job_id, spec.attempt_number)
+        try:
+            data = self.backend.launch(spec) if retries is None else self.backend.launch(spec, retries=retries)
+        except LaunchError:
+            self._unlaunched_pop(key)
+            raise
+        except BackendUnavailable:
+            with self._lock:
+                self._unlaunched[key] = spec
+            raise
+        self._unlaunched_pop(key)
+        return data
+
+    def _unlaunched_pop(self, key: tuple[int, int]) -> None:
+        with self._lock:
+            self._unlaunched.pop(key, None)
+
+    def resume_launch(self, *, job_id: int, attempt_number: int, replicas: int) -> list[ReplicaObservation] | None:
+        """Try a launch cut short once more (no retries: the sync round goes on). What to take its replicas for
+        when it failed again (refused: they failed; the API still out: they are starting); None when nothing was
+        pending or it went through (observe the backend)."""
+        with self._lock:
+            pending = self._unlaunched.get((job_id, attempt_number))
+        if pending is None:
+            return None
+        try:
+            self._launch(pending, retries=0)
+        except LaunchError as exc:
+            return [ReplicaObservation(r, ReplicaState.FAILED, reason="ContainerCannotRun", message=str(exc))
+                    for r in range(replicas)]
+        except BackendUnavailable as exc:
+            return [ReplicaObservation(r, ReplicaState.STARTING, status="Pending",
+                                       message=f"waiting for the Kubernetes API to create the pods: {exc}")
+                    for r in range(replicas)]
+        return None
 
     def stop(self, *, attempt_id: int, job_id: int, attempt_number: int, replicas: int, force: bool) -> None:
         def call() -> None:
+            self._unlaunched_pop((job_id, attempt_number))
             self.backend.stop(job_id=job_id, attempt_number=attempt_number, replicas=replicas, force=force)
             with self._lock:
                 self._stops[attempt_id] = "forced" if force else "graceful"
@@ -123,4 +168,5 @@ def install_actuator(backend: Backend, workers: int) -> Actuator:
         actuator = _actuators[backend] = Actuator(backend, workers)
     if old is not None:
         actuator._stops.update(old._stops)
+        actuator._unlaunched.update(old._unlaunched)
     return actuator

@@ -4,6 +4,7 @@ interactive jobs. The actuator runs these after the admission has committed, off
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import transaction
@@ -16,8 +17,10 @@ from .backends.base import Backend, LaunchError
 from .values import LaunchReplica, LaunchSpec
 
 
-def attempt_launch(job_id: int, *, backend: Backend) -> None:
-    """Start the processes/pods of a job's current attempt. Runs after the admission has committed."""
+def attempt_launch(job_id: int, *, backend: Backend, launch: Callable[[LaunchSpec], dict] | None = None) -> None:
+    """Start the processes/pods of a job's current attempt. Runs after the admission has committed.
+
+    ``launch`` makes the backend call (default: ``backend.launch``; the actuator's remembers a launch cut short)."""
     job = Job.objects.select_related("current_attempt", "group", "user", "instance_type", "image").get(pk=job_id)
     attempt = job.current_attempt
     if job.phase != Phase.PREPARING or attempt is None:
@@ -31,7 +34,7 @@ def attempt_launch(job_id: int, *, backend: Backend) -> None:
     if not Job.objects.filter(pk=job.pk, phase=Phase.PREPARING, current_attempt=attempt).exists():
         return
     try:
-        data = backend.launch(spec)
+        data = (launch or backend.launch)(spec)
     except LaunchError as exc:
         with transaction.atomic():
             services.job_transition(job=job, phase=Phase.FAILED, status="Fail", reason="ContainerCannotRun",
@@ -70,11 +73,11 @@ def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
     )
 
 
-def attempt_relaunch(job_id: int, *, backend: Backend) -> None:
+def attempt_relaunch(job_id: int, *, backend: Backend, launch: Callable[[LaunchSpec], dict] | None = None) -> None:
     """Start the replicas of the current attempt again, in place (interactive jobs)."""
     job = Job.objects.select_related("current_attempt", "group", "user", "instance_type", "image").get(pk=job_id)
     if job.phase == Phase.RUNNING and job.current_attempt is not None:
-        backend.launch(launch_spec(job, job.current_attempt))
+        (launch or backend.launch)(launch_spec(job, job.current_attempt))
 
 
 def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:

@@ -6,7 +6,7 @@ Threads (all daemons):
 - admission: a scheduling pass every interval or when woken (database only; launches go to the actuator);
 - sync: reads every active attempt back from the backend and applies what ``reconcile`` decides, runs the clocks
   (backoff, TTL) and, now and then, deletes orphaned pods; its backend calls also go to the actuator;
-- exits (backends with ``exit_events``: local): while leading, waits on the backend's socket and starts a sync as
+- exits (backends that report exits: local): while leading, waits on the backend's socket and starts a sync as
   soon as a replica reports its exit, so a finished job frees its GPUs at once, not at the next interval;
 - a round whose database connection failed (the server ended it: a restart, a failover, pg_terminate_backend)
   runs again at once on a fresh one (the pool checks each connection before handing it out); a round works from
@@ -35,10 +35,10 @@ from jobs.wakeup import CHANNEL, wakeup_event
 
 from . import health, metrics
 from .actuator import get_actuator, install_actuator
-from .backends import get_backend
+from .backend_factory import get_backend
 from .leader import Elector, dedicated_connection, elector_from_settings
 from .passes import schedule_pass
-from .sync import housekeeping, sync_jobs
+from .sync import housekeeping, orphans_delete, sync_jobs
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,6 @@ class SchedulerLoop:
         self._wake_sync = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_orphan_check = 0.0
-        self._exit_events = getattr(self.backend, "exit_events", None)
         self._listener: Any = None  # the bound exit socket, owned by the exits thread
         self._leadership_changed = threading.Event()
 
@@ -79,7 +78,7 @@ class SchedulerLoop:
         ]
         if settings.JOBSITE_SCHEDULER_MODE == "process" and connections["default"].vendor == "postgresql":
             targets.append(("listen", self._listen))
-        if self._exit_events is not None:
+        if self.backend.reports_exits:
             targets.append(("exits", self._exits))
         for name, target in targets:
             thread = threading.Thread(target=target, name=f"jobsite-scheduler-{name}", daemon=True)
@@ -123,7 +122,7 @@ class SchedulerLoop:
     def _lead(self) -> None:
         log.info("scheduler %s is the leader", self.elector.identity)
         install_actuator(self.backend, ACTUATOR_WORKERS)
-        getattr(self.backend, "start", lambda: None)()  # e.g. the Kubernetes watches: a fresh list
+        self.backend.start()  # e.g. the Kubernetes watches: a fresh list
         self._next_orphan_check = 0.0
         self.leading.set()
         self._wake_admission.set()
@@ -137,7 +136,7 @@ class SchedulerLoop:
         pooled = get_actuator(self.backend)
         install_actuator(self.backend, 0)  # no more backend calls from this process until it leads again
         pooled.shutdown()  # the calls under way end before the backend's watches and log copies do
-        getattr(self.backend, "close", lambda: None)()
+        self.backend.close()
 
     # --- work --------------------------------------------------------------------------------------------------
 
@@ -202,10 +201,9 @@ class SchedulerLoop:
         with metrics.SYNC_SECONDS.time():
             sync_jobs(backend=self.backend)
             housekeeping(backend=self.backend)
-        reconcile_orphans = getattr(self.backend, "reconcile", None)
-        if reconcile_orphans is not None and time.monotonic() >= self._next_orphan_check:
+        if time.monotonic() >= self._next_orphan_check:
             self._next_orphan_check = time.monotonic() + settings.JOBSITE_K8S_RESYNC_SECONDS
-            reconcile_orphans()
+            orphans_delete(backend=self.backend)
 
     def _fan_out(self) -> None:
         """One wake-up (a submit, a cancel, a finish) wakes both admission and sync."""
@@ -225,7 +223,7 @@ class SchedulerLoop:
                 self._leadership_changed.clear()
                 if self.leading.is_set() and self._listener is None:
                     try:
-                        self._listener = self._exit_events()
+                        self._listener = self.backend.exit_events()
                     except OSError as exc:  # tried again each interval; the periodic sync goes on meanwhile
                         (log.debug if warned else log.warning)(
                             "scheduler: cannot listen for exits (%s); syncing every %.1f s", exc, self.interval)

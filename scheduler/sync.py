@@ -1,10 +1,11 @@
 """Keep each job true to its processes/pods, and the time-based housekeeping.
 
-``sync_jobs`` reads every active attempt back from its backend (so a restart loses nothing), asks the pure
-``reconcile`` what the observations mean, and applies its actions: transitions through ``jobs.services`` in one
-transaction per job, then the backend calls (stop, launch, relaunch) through the actuator after commit, never
-inside the transaction. ``housekeeping`` runs the clocks: backoff retries, TTL. Plain functions: the scheduler loop
-(the embedded thread or ``manage.py runscheduler``) calls them.
+``sync_jobs`` reads every active attempt back from its backend (so a restart loses nothing), records the events
+the backend saw (``backend_events``), asks the pure ``reconcile`` what the observations mean, and applies its
+actions: transitions through ``jobs.services`` in one transaction per job, then the backend calls (stop, launch,
+relaunch) through the actuator after commit, never inside the transaction. ``housekeeping`` runs the clocks:
+backoff retries, TTL. ``orphans_delete`` has the backend delete what belongs to no live attempt. Plain functions:
+the scheduler loop (the embedded thread or ``manage.py runscheduler``) calls them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
 
 from jobs import services
@@ -24,7 +25,8 @@ from jobs.models import Attempt, Job, JobEvent
 from jobs.state_machine import InvalidTransition
 
 from .actuator import Actuator, get_actuator
-from .backends import get_backend
+from .backend_events import backend_events_record
+from .backend_factory import get_backend
 from .backends.base import Backend
 from .reconcile import (
     Action,
@@ -41,6 +43,7 @@ from .reconcile import (
     Transition,
     reconcile,
 )
+from .values import ReplicaObservation
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +112,28 @@ def sync_job(job: Job, *, backend: Backend, actuator: Actuator | None = None, ti
     attempt = job.current_attempt
     view = job_view(job, requeues=requeues, stop_sent=actuator.stop_sent(attempt.pk),
                     started_recorded=started_recorded)
-    seen = [] if not view.launched else backend.observe(job_id=job.pk, attempt_number=attempt.number,
-                                                        replicas=attempt.replicas)
+    seen = [] if not view.launched else observe(job, backend=backend, actuator=actuator)
     actions = reconcile(view, seen, now, timing or timing_for(backend))
     apply(job, actions, actuator=actuator, now=now)
     return actions
+
+
+def observe(job: Job, *, backend: Backend, actuator: Actuator) -> list[ReplicaObservation]:
+    """What the backend shows of the job's launched attempt (a launch cut short is tried again first), with the
+    events it saw recorded as job events."""
+    attempt = job.current_attempt
+    resumed = actuator.resume_launch(job_id=job.pk, attempt_number=attempt.number, replicas=attempt.replicas)
+    if resumed is not None:
+        return resumed
+    seen = backend.observe(job_id=job.pk, attempt_number=attempt.number, replicas=attempt.replicas)
+    try:
+        events = backend.events(job_id=job.pk, attempt_number=attempt.number, replicas=attempt.replicas)
+        if events and backend_events_record(job_id=job.pk, attempt_number=attempt.number, replicas=attempt.replicas,
+                                            events=events):
+            backend.events_recorded({ev.key for ev in events})
+    except Exception:
+        log.exception("recording the Kubernetes events of job %s failed", job.pk)
+    return seen
 
 
 def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime) -> None:
@@ -184,3 +204,19 @@ def housekeeping(*, backend: Backend | None = None, now: datetime | None = None)
     for job_id, left in attempts.items():
         actuator.cleanup(job_id, left, lambda job_id=job_id: services.job_mark_cleaned(job_id=job_id,
                                                                                         now=timezone.now()))
+
+
+def live_attempts(backend: Backend) -> set[tuple[int, int]]:
+    """(job, attempt number) of the backend's attempts that keep what they hold: the current attempt of a job
+    holding resources (PREPARING, RUNNING, TERMINATING, UNKNOWN)."""
+    return set(
+        Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"), backend=backend.name)
+        .values_list("job_id", "number")
+    )
+
+
+def orphans_delete(*, backend: Backend | None = None) -> list[str]:
+    """Have the backend delete what belongs to no live attempt (it reads the live ones from the database only after
+    listing what exists, so one launched meanwhile is never taken for an orphan); the names deleted."""
+    backend = backend or get_backend()
+    return backend.delete_orphans(live=lambda: live_attempts(backend))

@@ -1,28 +1,3 @@
-from __future__ import annotations
-
-from functools import cache
-
-from django.conf import settings
-
-from .base import Backend
-
-
-def get_backend(name: str | None = None) -> Backend:
-    """The backend called ``name`` (default: JOBSITE_BACKEND), one instance per process and name."""
-    return _backend(name or settings.JOBSITE_BACKEND)
-
-
-@cache
-def _backend(name: str) -> Backend:
-    if name == "local":
-        from .local import LocalBackend
-
-        return LocalBackend()
-    if name == "kubernetes":
-        from .kubernetes import KubernetesBackend
-
-        return KubernetesBackend()
-    raise ValueError(f"Unknown JOBSITE_BACKEND '{name}' (expected 'local' or 'kubernetes')")
-
-
-get_backend.cache_clear = _backend.cache_clear  # type: ignore[attr-defined]
+"""The backends: the hands that start, stop, observe and list replicas (local processes, Kubernetes pods, a
+simulation). None of them touches the database or the services; the scheduler builds them
+(``scheduler.backend_factory``) and records what they report."""

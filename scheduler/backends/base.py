@@ -1,10 +1,12 @@
-"""The interface every backend implements: launch, stop, observe, logs, capacity."""
+"""The interface every backend implements (launch, stop, observe, logs, capacity), with the defaults of
+its optional parts, and what a backend hands back besides observations (its events, its exit listener)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from scheduler.values import LaunchReplica, LaunchSpec, Node, ReplicaObservation
 
@@ -67,14 +69,63 @@ class LaunchError(Exception):
     """The backend could not start the attempt (bad image, no working directory, ...)."""
 
 
+class BackendUnavailable(Exception):
+    """The backend's API kept failing through every retry: a launch it cut short may be tried again."""
+
+
+# Where a replica's log file is kept under a root: (root, job id, attempt number, rank) -> path. The scheduler hands
+# it in (the layout is the one the web reads logs from).
+LogLayout = Callable[[Path, int, int, int], Path]
+# The attempts whose objects are kept, as (job id, attempt number); read by the caller when the backend asks.
+LiveAttempts = Callable[[], set[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class BackendEvent:
+    """Something the backend saw happen to a replica (a Kubernetes Event), not yet recorded as a job event.
+
+    ``key`` identifies it and its count (a repeated event comes again with a larger ``count``); ``at`` orders it.
+    """
+
+    key: tuple[str, int]
+    rank: int
+    count: int
+    reason: str
+    message: str
+    type: str  # "Warning" or "Normal"
+    at: str
+
+
+class ExitListener(Protocol):
+    """A bound socket replicas report their exits to (``Backend.exit_events``)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Whether an exit was reported within ``timeout`` seconds."""
+
+    def wake(self) -> None:
+        """End a ``wait`` under way at once."""
+
+    def close(self) -> None:
+        """Stop listening."""
+
+
 class Backend(Protocol):
     name: str
+    reports_exits: ClassVar[bool]  # whether ``exit_events`` gives a listener
 
-    def nodes(self) -> list[Node]:
-        """Nodes and their allocatable resources (free is filled in by the scheduler)."""
+    def start(self) -> None:
+        """Begin watching (the leader, on taking the lead): a fresh list of what exists."""
 
-    def launch(self, spec: LaunchSpec) -> dict:
-        """Start every replica; return backend data to keep on the attempt."""
+    def close(self) -> None:
+        """Stop watching and copying (a standby, on losing the lead)."""
+
+    def nodes(self) -> list[Node] | None:
+        """Nodes and their allocatable resources (free is filled in by the scheduler); None while the backend has
+        not read them yet (the nodes last recorded stand)."""
+
+    def launch(self, spec: LaunchSpec, *, retries: int | None = None) -> dict:
+        """Start every replica; return backend data to keep on the attempt. ``retries``: of a failing API call
+        (None: the backend's own); ``BackendUnavailable`` when they ran out, and the launch may be tried again."""
 
     def stop(self, *, job_id: int, attempt_number: int, replicas: int, force: bool = False) -> None:
         """Ask every replica to stop with the job's grace period (SIGTERM / delete); force kills (SIGKILL / grace 0)."""
@@ -85,8 +136,45 @@ class Backend(Protocol):
     def observe(self, *, job_id: int, attempt_number: int, replicas: int) -> list[ReplicaObservation]:
         """The state of each replica of an attempt, read from the backend (survives restarts)."""
 
+    def events(self, *, job_id: int, attempt_number: int, replicas: int) -> list[BackendEvent]:
+        """What happened to the attempt's replicas that was not handed out as recorded yet (``events_recorded``)."""
+
+    def events_recorded(self, keys: set[tuple[str, int]]) -> None:
+        """The events of these keys are recorded: not handed out again."""
+
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
         """Where the log of a replica is kept (for Kubernetes: the archive, kept current while it runs)."""
 
     def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
         """Delete what an ended attempt leaves behind (working dirs, pods) after its TTL; keep its logs."""
+
+    def delete_orphans(self, *, live: LiveAttempts) -> list[str]:
+        """Delete what belongs to no live attempt (``live`` is asked after the backend has listed what exists);
+        the names of what was deleted."""
+
+    def exit_events(self) -> ExitListener | None:
+        """Bind the socket replicas report their exits to (None: this backend has none)."""
+
+
+class BackendDefaults:
+    """What a backend without watches, orphans, events or an exit socket does: nothing (backends inherit it)."""
+
+    reports_exits: ClassVar[bool] = False
+
+    def start(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def events(self, *, job_id: int, attempt_number: int, replicas: int) -> list[BackendEvent]:
+        return []
+
+    def events_recorded(self, keys: set[tuple[str, int]]) -> None:
+        return None
+
+    def delete_orphans(self, *, live: LiveAttempts) -> list[str]:
+        return []
+
+    def exit_events(self) -> ExitListener | None:
+        return None

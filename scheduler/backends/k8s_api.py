@@ -6,6 +6,7 @@ API error is raised at once. Every failure is counted in the scheduler's metrics
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -19,12 +20,14 @@ from kubernetes.client.exceptions import ApiException
 
 from scheduler import metrics
 
+from .base import BackendUnavailable
+
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = (10, 60)  # connect, read (seconds)
 
 
-class KubernetesUnavailable(Exception):
+class KubernetesUnavailable(BackendUnavailable):
     """The API server kept failing (5xx, 429, network) through every retry."""
 
 
@@ -40,6 +43,18 @@ def load_api_client() -> client.ApiClient:
     # retries decide instead (and never in the admission thread).
     configuration.retries = urllib3.Retry(total=2, status=0, redirect=0, respect_retry_after_header=False)
     return client.ApiClient(configuration)
+
+
+def log_api_client(api: client.ApiClient) -> client.ApiClient:
+    """A client like ``api`` (same cluster, credentials, headers) with a pool of its own whose urllib3 never
+    retries on a status: its default Retry sleeps out a 429/503's Retry-After inside the request."""
+    configuration = copy.deepcopy(api.configuration)
+    configuration.retries = urllib3.Retry(total=2, connect=2, read=0, redirect=0, status=0, other=0,
+                                          status_forcelist=(), respect_retry_after_header=False,
+                                          raise_on_status=False, backoff_factor=0)
+    own = client.ApiClient(configuration)
+    own.default_headers.update(api.default_headers)
+    return own
 
 
 def is_transient(exc: BaseException) -> bool:

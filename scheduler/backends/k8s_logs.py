@@ -37,13 +37,10 @@ skips a pod until its time has come.
 
 from __future__ import annotations
 
-import calendar
-import copy
 import email.utils
 import json
 import logging
 import os
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +51,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .k8s_api import log_api_client
+from .k8s_log_lines import NS, format_timestamp, parse_timestamp, timestamped_lines
+
 log = logging.getLogger(__name__)
 
 LIMIT_BYTES = 4 << 20  # per request
@@ -62,27 +62,6 @@ FINISH_ROUNDS = 64  # requests of one ``finish`` at most
 MAX_RETRY_AFTER = 600.0
 STATE_SUFFIX = ".offset"
 LOG_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/log"
-NS = 10**9
-
-_TIMESTAMP = re.compile(rb"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:(Z)|([+-])(\d\d):(\d\d))")
-
-
-def parse_timestamp(raw: bytes) -> int | None:
-    """An RFC3339 timestamp (any number of fraction digits) as ns since the epoch; None if it is not one."""
-    m = _TIMESTAMP.fullmatch(raw)
-    if m is None:
-        return None
-    seconds = calendar.timegm(tuple(int(g) for g in m.groups()[:6]) + (0, 0, 0))
-    if m.group(9):
-        offset = int(m.group(10)) * 3600 + int(m.group(11)) * 60
-        seconds -= offset if m.group(9) == b"+" else -offset
-    return seconds * NS + int((m.group(7) or b"").ljust(9, b"0"))
-
-
-def format_timestamp(ns: int, *, fraction: bool = True) -> str:
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // NS))
-    return f"{text}.{ns % NS:09d}Z" if fraction else text + "Z"
-
 
 def state_path(path: Path) -> Path:
     """Where the cursor of the archive ``path`` is kept."""
@@ -162,7 +141,7 @@ class LogArchiver:
         self._pods: dict[str, _Pod] = {}
         self._busy = 0
         self._closed = False
-        self._api = _log_api_client(core.api_client)
+        self._api = log_api_client(core.api_client)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pod-logs") if workers else None
 
     # --- the interface ------------------------------------------------------------------------------------
@@ -318,7 +297,7 @@ class LogArchiver:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             return self._failed(st, exc)
         truncated = limit is not None and len(data) >= limit
-        lines = _lines(data, truncated=truncated, unended=final, default_ns=st.last_ns)
+        lines = timestamped_lines(data, truncated=truncated, unended=final, default_ns=st.last_ns)
         if adopt:
             self._adopt(st, lines)
         written = self._append(st, lines)
@@ -489,50 +468,6 @@ class LogArchiver:
         st.last_ns = lines[end][0]
         st.count = sum(1 for ts, _content in lines[: end + 1] if ts == st.last_ns)
         self._save(st)
-
-
-def _lines(data: bytes, *, truncated: bool, unended: bool, default_ns: int | None) -> list[tuple[int, bytes]]:
-    """An answer as (timestamp, line without it) pairs. A last line without "\n" is left out when the byte bound
-    cut it, else kept only with ``unended``. A line without a timestamp (not expected) takes the one before it.
-    """
-    parts = data.split(b"\n")
-    last = parts.pop()  # b"" when the answer ends with "\n"
-    if truncated or not unended:
-        last = b""
-    result = []
-    ts = default_ns or 0
-    seconds_prefix, seconds_ns = b"", 0
-    for i, line in enumerate(parts + ([last] if last else [])):
-        content = line if i == len(parts) else line + b"\n"
-        space = line.find(b" ")
-        stamp = line[:space] if space > 0 else b""
-        parsed = None
-        if stamp[:19] == seconds_prefix and stamp[19:20] == b"." and stamp.endswith(b"Z"):  # the common case, fast
-            fraction = stamp[20:-1]
-            if fraction.isdigit() and len(fraction) <= 9:
-                parsed = seconds_ns + int(fraction.ljust(9, b"0"))
-        if parsed is None and stamp:
-            parsed = parse_timestamp(stamp)
-            if parsed is not None and stamp[19:20] == b"." and stamp.endswith(b"Z"):
-                seconds_prefix, seconds_ns = stamp[:19], parsed // NS * NS
-        if parsed is None:
-            result.append((ts, content))
-            continue
-        ts = parsed
-        result.append((ts, content[space + 1:]))
-    return result
-
-
-def _log_api_client(api: client.ApiClient) -> client.ApiClient:
-    """A client like ``api`` (same cluster, credentials, headers) with a pool of its own whose urllib3 never
-    retries on a status: its default Retry sleeps out a 429/503's Retry-After inside the request."""
-    configuration = copy.deepcopy(api.configuration)
-    configuration.retries = urllib3.Retry(total=2, connect=2, read=0, redirect=0, status=0, other=0,
-                                          status_forcelist=(), respect_retry_after_header=False,
-                                          raise_on_status=False, backoff_factor=0)
-    own = client.ApiClient(configuration)
-    own.default_headers.update(api.default_headers)
-    return own
 
 
 def _retry_after(exc: BaseException) -> float | None:

@@ -4,15 +4,17 @@
   headless Service (multi-replica) and pods, built by ``k8s_manifest``, in that order; transient API errors (5xx,
   429, timeouts) are retried with backoff, 409 AlreadyExists means it was already created, any other 4xx is a
   ``LaunchError`` (a cluster refusing the NetworkPolicy fails the launch: no job pod runs unisolated).
-  A launch cut short by an API outage is retried by ``observe``.
+  A launch cut short by an API outage (``KubernetesUnavailable``) is tried again by the scheduler's actuator.
 - observe: reads an informer's cache of the managed pods (a direct GET when the cache has no answer), maps each
-  pod with ``k8s_status.observe_pod``, hands running replicas to the log archiver (``k8s_logs``: new lines only,
-  on its own threads) and turns the pods' Kubernetes Events into job events.
-- stop / cleanup / reconcile: always archive what is left of a pod's log before deleting it; the attempt's Service
-  and PodGroup go with its pods, its NetworkPolicy once they are gone (cleanup, or reconcile after a stop: pods in
-  their grace period still reach each other). ``reconcile`` (the leader's sync, every JOBSITE_K8S_RESYNC_SECONDS)
-  deletes managed pods, services, NetworkPolicies and (gang scheduling on) PodGroups of no live attempt.
-- nodes: the Ready nodes' allocatable GPUs/CPU/memory, read by a thread of their own when
+  pod with ``k8s_status.observe_pod`` and hands running replicas to the log keeper (``k8s_log_keeping``: new
+  lines only, on the archiver's threads). ``events`` hands out the pods' Kubernetes Events not yet recorded
+  (``k8s_events``); the scheduler records them.
+- stop / cleanup / delete_orphans: always archive what is left of a pod's log before deleting it; the attempt's
+  Service and PodGroup go with its pods, its NetworkPolicy once they are gone (cleanup, or delete_orphans after a
+  stop: pods in their grace period still reach each other). ``delete_orphans`` (the leader's sync, every
+  JOBSITE_K8S_RESYNC_SECONDS) deletes managed pods, services, NetworkPolicies and (gang scheduling on) PodGroups
+  of no live attempt, as its caller says which are live.
+- nodes: the Ready nodes' allocatable GPUs/CPU/memory (``k8s_nodes``), read by a thread of their own when
   JOBSITE_K8S_CHECK_CAPACITY is on (none when it is off): asking never waits on the API.
 
 Only the scheduler process builds this backend; the leader starts its watches (``start``), a standby stops them
@@ -36,24 +38,21 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F
 from django.utils import timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from jobs.logs import replica_log_path
 from scheduler import metrics
-from scheduler.values import LaunchSpec, Node, ReplicaObservation, ReplicaState
+from scheduler.values import LaunchSpec, Node, ReplicaObservation
 
-from .base import LaunchError
-from .k8s_api import KubernetesUnavailable, api_message, call, load_api_client, parse_quantity
-from .k8s_events import events_record, fresh_events, is_job_pod_event
+from .base import BackendDefaults, BackendEvent, LaunchError, LiveAttempts, LogLayout
+from .k8s_api import api_message, call, load_api_client
+from .k8s_events import fresh_events, is_job_pod_event
 from .k8s_gang import GangSettings, build_podgroup, gang_pods, podgroup_name
 from .k8s_informer import Informer
+from .k8s_log_keeping import PodLogKeeper
 from .k8s_logs import LogArchiver
 from .k8s_manifest import (
-    CONTAINER,
-    GPU_RESOURCE,
     SELECTOR,
     TERMINATION_GRACE_SECONDS,
     PodDefaults,
@@ -65,6 +64,7 @@ from .k8s_manifest import (
     pod_name,
     service_name,
 )
+from .k8s_nodes import read_nodes
 from .k8s_status import observe_pod
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,8 @@ CAPACITY_RBAC_RULES: dict[str, frozenset[str]] = {"nodes": frozenset({"list"})}
 LEASE_API_GROUP = "coordination.k8s.io"
 LEASE_RBAC_RULES: dict[str, frozenset[str]] = {"leases": frozenset({"get", "create", "patch"})}
 
-class KubernetesBackend:
+
+class KubernetesBackend(BackendDefaults):
     name = "kubernetes"
 
     # Every backend made (tests stop their watches through this).
@@ -100,10 +101,12 @@ class KubernetesBackend:
         *,
         namespace: str | None = None,
         log_root: Path | str | None = None,
+        log_layout: LogLayout,
     ):
         self._api_client = api_client
         self.namespace = namespace or settings.JOBSITE_K8S_NAMESPACE
         self.log_root = Path(log_root or settings.JOBSITE_LOG_ROOT)
+        self.log_layout = log_layout
         self.defaults = PodDefaults.from_settings(self.namespace)
         self.gang = GangSettings.from_settings()
         self.retries = settings.JOBSITE_K8S_API_RETRIES
@@ -114,10 +117,7 @@ class KubernetesBackend:
         self._state_lock = threading.Lock()
         self._pods: Informer | None = None
         self._events: Informer | None = None
-        self._archiver: LogArchiver | None = None
-        self._log_final: set[str] = set()  # pods whose ended container's log is archived
         self._seen_events: set[tuple[str, int]] = set()
-        self._unlaunched: dict[tuple[int, int], LaunchSpec] = {}  # launches an API outage cut short
         self._nodes: list[Node] | None = None  # the last read of the nodes (capacity checking)
         self._nodes_read = threading.Event()
         self._nodes_thread: threading.Thread | None = None
@@ -141,6 +141,11 @@ class KubernetesBackend:
     @cached_property
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
+
+    @cached_property
+    def logs(self) -> PodLogKeeper:
+        return PodLogKeeper(core=self.core, namespace=self.namespace, root=self.log_root, layout=self.log_layout,
+                            workers=settings.JOBSITE_K8S_LOG_WORKERS, refresh_seconds=self.log_refresh)
 
     def _call(self, fn: Callable[..., Any], *args: Any, retries: int | None = None, **kwargs: Any) -> Any:
         """Call the API, retrying transient failures with doubling backoff; other errors are raised at once."""
@@ -191,19 +196,11 @@ class KubernetesBackend:
         for informer in (self._pods, self._events):
             if informer is not None:
                 informer.stop()
-        with self._state_lock:
-            archiver, self._archiver = self._archiver, None
-        if archiver is not None:
-            archiver.close(wait=True)
+        self.logs.close()
 
     @property
     def archiver(self) -> LogArchiver:
-        with self._state_lock:
-            if self._archiver is None:
-                self._archiver = LogArchiver(core=self.core, namespace=self.namespace, container=CONTAINER,
-                                             workers=settings.JOBSITE_K8S_LOG_WORKERS,
-                                             refresh_seconds=self.log_refresh)
-            return self._archiver
+        return self.logs.archiver
 
     @property
     def pods_informer(self) -> Informer | None:
@@ -217,7 +214,8 @@ class KubernetesBackend:
 
     def nodes(self) -> list[Node] | None:
         """The Ready nodes' allocatable resources as last read (every JOBSITE_K8S_RESYNC_SECONDS, by a thread of
-        their own), when capacity checking is on; none when it is off. Waits only for the very first read."""
+        their own), when capacity checking is on; none when it is off. Waits only for the very first read (None:
+        not read yet, the nodes last recorded stand)."""
         if not settings.JOBSITE_K8S_CHECK_CAPACITY:
             return []
         self.start()
@@ -234,33 +232,13 @@ class KubernetesBackend:
             self._closing.wait(min(settings.JOBSITE_K8S_RESYNC_SECONDS, 30.0))
 
     def read_nodes(self) -> list[Node]:
-        data = json.loads(self._call(self.core.list_node, _preload_content=False).data or b"{}")
-        wanted = self.defaults.node_selector
-        result = []
-        for node in data.get("items") or []:
-            meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-            labels = meta.get("labels") or {}
-            if not ready or spec.get("unschedulable") or any(labels.get(k) != v for k, v in wanted.items()):
-                continue
-            alloc = status.get("allocatable") or {}
-            allocatable = {
-                "gpu": int(parse_quantity(alloc.get(GPU_RESOURCE, 0))),
-                "cpu": int(parse_quantity(alloc.get("cpu", 0)) * 1000),
-                "memory": int(parse_quantity(alloc.get("memory", 0))),
-            }
-            result.append(Node(name=meta.get("name", ""), allocatable=allocatable, free=dict(allocatable),
-                               free_gpu_ids=None))
-        return result
+        return read_nodes(self.core, self._call, self.defaults.node_selector)
 
     def stuck_after(self) -> float:
         """Pods deleted with the job's grace period are force-deleted only when still there this long after."""
         return float(TERMINATION_GRACE_SECONDS + settings.JOBSITE_K8S_STUCK_TERMINATION_SECONDS)
 
-    def launch(self, spec: LaunchSpec) -> dict:
-        return self._launch(spec, retries=None)
-
-    def _launch(self, spec: LaunchSpec, *, retries: int | None) -> dict:
+    def launch(self, spec: LaunchSpec, *, retries: int | None = None) -> dict:
         key = (spec.job_id, spec.attempt_number)
         service, pods = build_attempt(spec, self.defaults, now=timezone.now())
         pods = gang_pods(spec, pods, self.gang)
@@ -281,17 +259,12 @@ class KubernetesBackend:
             for pod in pods:
                 self._create(self.core.create_namespaced_pod, pod, retries)
         except ApiException as exc:  # rejected (422 invalid, 403 forbidden or over a ResourceQuota, ...)
-            self._unlaunched.pop(key, None)
             try:
                 self._delete_attempt(spec.job_id, spec.attempt_number, len(spec.replicas), force=True, policy=True)
             except Exception:
                 log.exception("could not remove what was created of job %s attempt %s", *key)
             raise LaunchError(f"Kubernetes rejected the {creating} of attempt {spec.attempt_number}: "
                               f"{exc.status} {api_message(exc)}") from exc
-        except KubernetesUnavailable:
-            self._unlaunched[key] = spec  # observe tries again
-            raise
-        self._unlaunched.pop(key, None)
         data = {
             "namespace": self.namespace,
             "pods": [p["metadata"]["name"] for p in pods],
@@ -314,23 +287,19 @@ class KubernetesBackend:
             log.info("%s %s already exists", body["kind"], body["metadata"]["name"])
 
     def stop(self, *, job_id: int, attempt_number: int, replicas: int, force: bool = False) -> None:
-        self._unlaunched.pop((job_id, attempt_number), None)
         self._delete_attempt(job_id, attempt_number, replicas, force=force, archive=True)
 
     def cleanup(self, *, job_id: int, attempt_number: int, replicas: int) -> None:
         self._delete_attempt(job_id, attempt_number, replicas, force=False, archive=True, policy=True)
         for rank in range(replicas):
-            name = pod_name(job_id, attempt_number, rank)
-            self.archiver.forget(name)
-            with self._state_lock:
-                self._log_final.discard(name)
+            self.logs.forget(pod_name(job_id, attempt_number, rank))
 
     def _delete_attempt(self, job_id: int, attempt_number: int, replicas: int, *, force: bool,
                         archive: bool = False, policy: bool = False) -> None:
         """Delete the pods (their logs archived first with ``archive``), the Service and the PodGroup; with ``policy``
         the NetworkPolicy too. A stop keeps the policy: pods in their grace period may still be finishing a
-        collective or a checkpoint with each other; the leader's ``reconcile`` deletes it once the attempt has
-        ended (and ``cleanup`` with the ended pods)."""
+        collective or a checkpoint with each other; the leader's ``delete_orphans`` deletes it once the attempt
+        has ended (and ``cleanup`` with the ended pods)."""
         grace = 0 if force else TERMINATION_GRACE_SECONDS
         for rank in range(replicas):
             name = pod_name(job_id, attempt_number, rank)
@@ -359,37 +328,19 @@ class KubernetesBackend:
 
     def observe(self, *, job_id: int, attempt_number: int, replicas: int) -> list[ReplicaObservation]:
         self.start()
-        key = (job_id, attempt_number)
-        pending = self._unlaunched.get(key)
-        if pending is not None:
-            try:
-                self._launch(pending, retries=0)
-            except LaunchError as exc:
-                return [ReplicaObservation(r, ReplicaState.FAILED, reason="ContainerCannotRun", message=str(exc))
-                        for r in range(replicas)]
-            except KubernetesUnavailable as exc:
-                return [ReplicaObservation(r, ReplicaState.STARTING, status="Pending",
-                                           message=f"waiting for the Kubernetes API to create the pods: {exc}")
-                        for r in range(replicas)]
         now = timezone.now()
         result = []
-        names = []
         for rank in range(replicas):
             name = pod_name(job_id, attempt_number, rank)
-            names.append(name)
             pod = self._pod(name)
             obs = observe_pod(pod, rank=rank, name=name, now=now, image_pull_grace=self.image_pull_grace)
             if pod is not None:
-                self._keep_log(job_id, attempt_number, rank, name, pod, obs)
+                self.logs.keep(job_id=job_id, attempt_number=attempt_number, rank=rank, name=name, pod=pod, obs=obs)
             result.append(obs)
-        try:
-            self._record_events(job_id, attempt_number, names)
-        except Exception:
-            log.exception("recording the Kubernetes events of job %s failed", job_id)
         return result
 
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
-        return replica_log_path(self.log_root, job_id, attempt_number, rank)
+        return self.logs.path(job_id=job_id, attempt_number=attempt_number, rank=rank)
 
     # --- pods ----------------------------------------------------------------------------------------------
 
@@ -422,60 +373,33 @@ class KubernetesBackend:
                                      _preload_content=False).data or b"{}")
         return [p for p in data.get("items") or [] if is_managed(p)]
 
-    # --- logs ----------------------------------------------------------------------------------------------
-
-    def _keep_log(self, job_id: int, attempt_number: int, rank: int, name: str, pod: dict,
-                  obs: ReplicaObservation) -> None:
-        """A running replica's new lines are copied now and then (on the archiver's threads); an ended one's rest
-        once (in the sync's thread, never admission's)."""
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        main = next((c for c in statuses if c.get("name") == CONTAINER), {})
-        state = main.get("state") or {}
-        started = "running" in state or "terminated" in state or bool(main.get("lastState"))
-        if not started:
-            return
-        path = self.log_path(job_id=job_id, attempt_number=attempt_number, rank=rank)
-        restarts = main.get("restartCount")
-        if "terminated" in state and obs.state == ReplicaState.EXITED:
-            with self._state_lock:
-                if name in self._log_final:
-                    return
-            if self.archiver.finish(name, path, restarts=restarts):
-                with self._state_lock:
-                    self._log_final.add(name)
-            return
-        self.archiver.follow(name, path, restarts=restarts)
+    # --- logs and events ---------------------------------------------------------------------------------
 
     def archive_log(self, *, job_id: int, attempt_number: int, rank: int) -> bool:
         """Copy what is left of a replica's log into its archive (before its pod goes). False if the API failed."""
-        name = pod_name(job_id, attempt_number, rank)
-        return self.archiver.finish(name, self.log_path(job_id=job_id, attempt_number=attempt_number, rank=rank))
+        return self.logs.finish(job_id=job_id, attempt_number=attempt_number, rank=rank)
 
-    # --- events --------------------------------------------------------------------------------------------
-
-    def _record_events(self, job_id: int, attempt_number: int, names: list[str]) -> None:
+    def events(self, *, job_id: int, attempt_number: int, replicas: int) -> list[BackendEvent]:
+        """The Kubernetes Events of the attempt's pods not recorded yet (none until the events are listed)."""
         informer = self._events
         if informer is None or not informer.synced.is_set():
-            return
+            return []
         with self._state_lock:
             seen = set(self._seen_events)
-        fresh = fresh_events(informer, names, seen)
-        if fresh and events_record(job_id=job_id, attempt_number=attempt_number, replicas=len(names), fresh=fresh):
-            with self._state_lock:
-                self._seen_events.update(key for key, *_ in fresh)
+        return fresh_events(informer, [pod_name(job_id, attempt_number, rank) for rank in range(replicas)], seen)
 
-    # --- reconcile -----------------------------------------------------------------------------------------
+    def events_recorded(self, keys: set[tuple[str, int]]) -> None:
+        with self._state_lock:
+            self._seen_events.update(keys)
 
-    def reconcile(self) -> list[str]:
+    # --- orphans -----------------------------------------------------------------------------------------
+
+    def delete_orphans(self, *, live: LiveAttempts) -> list[str]:
         """Delete managed pods, services, NetworkPolicies and PodGroups of no live attempt (logs archived first).
 
-        Live: the current attempt of a job holding resources (PREPARING, RUNNING, TERMINATING, UNKNOWN). The objects
-        are read before the database, so one launched meanwhile always finds its (committed) attempt. PodGroups are
-        read (and their API called at all) only with gang scheduling on.
+        ``live`` is asked only once the objects are read, so one launched meanwhile always finds its (committed)
+        attempt among them. PodGroups are read (and their API called at all) only with gang scheduling on.
         """
-        from jobs.choices import RESOURCE_PHASES
-        from jobs.models import Attempt
-
         pods = self.managed_pods()
         data = json.loads(self._call(self.core.list_namespaced_service, self.namespace, label_selector=SELECTOR,
                                      _preload_content=False).data or b"{}")
@@ -484,15 +408,12 @@ class KubernetesBackend:
                                      label_selector=SELECTOR, _preload_content=False).data or b"{}")
         policies = [p for p in data.get("items") or [] if is_managed(p)]
         podgroups = self._managed_podgroups()
-        live = set(
-            Attempt.objects.filter(job__phase__in=RESOURCE_PHASES, job__current_attempt=F("pk"), backend=self.name)
-            .values_list("job_id", "number")
-        )
+        live_now = live()
         deleted = []
         for pod in pods:
             owner = attempt_of(pod)
             name = pod["metadata"]["name"]
-            if owner is not None and owner[:2] in live:
+            if owner is not None and owner[:2] in live_now:
                 continue
             if owner is not None and owner[2] is not None:
                 self.archive_log(job_id=owner[0], attempt_number=owner[1], rank=owner[2])
@@ -505,14 +426,14 @@ class KubernetesBackend:
                                       ("networkpolicy", policies, self.networking.delete_namespaced_network_policy)):
             for obj in objects:
                 owner = attempt_of(obj)
-                if owner is not None and owner[:2] in live:
+                if owner is not None and owner[:2] in live_now:
                     continue
                 name = obj["metadata"]["name"]
                 if self._delete(delete, name):
                     deleted.append(name if kind == "service" else f"{kind}/{name}")
         for group in podgroups:
             owner = attempt_of(group)
-            if owner is not None and owner[:2] in live:
+            if owner is not None and owner[:2] in live_now:
                 continue
             name = group["metadata"]["name"]
             if self._delete_podgroup(name):
@@ -522,8 +443,8 @@ class KubernetesBackend:
         present = {p["metadata"]["name"] for p in pods} - set(deleted)
         for name in deleted:
             self.archiver.forget(name)
-        with self._state_lock:  # forget what we kept about pods and events that are gone
-            self._log_final &= present
+        self.logs.keep_only(present)  # forget what we kept about pods and events that are gone
+        with self._state_lock:
             if events is not None:
                 ids = {(e.get("metadata") or {}).get("uid") or (e.get("metadata") or {}).get("name") for e in events}
                 self._seen_events = {key for key in self._seen_events if key[0] in ids}

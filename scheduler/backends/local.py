@@ -43,11 +43,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs.logs import replica_log_path
 from scheduler.values import LaunchSpec, Node, ReplicaObservation, ReplicaState
 
 from . import limits, netns, sandbox
-from .base import LaunchError, hostfile_text, replica_launch_env
+from .base import BackendDefaults, LaunchError, LogLayout, hostfile_text, replica_launch_env
 from .environments import BadEnvironment, Environment, read_environment
 from .local_runner import (
     MARKER,
@@ -187,11 +186,14 @@ class ExitEvents:
                 os.unlink(self.path)
 
 
-class LocalBackend:
+class LocalBackend(BackendDefaults):
     name = "local"
+    reports_exits = True
 
-    def __init__(self, root: Path | None = None, node: str | None = None, gpus: int | None = None):
+    def __init__(self, root: Path | None = None, node: str | None = None, gpus: int | None = None, *,
+                 log_layout: LogLayout):
         self.root = Path(root or settings.JOBSITE_LOCAL_ROOT)
+        self.log_layout = log_layout
         self.node = node or settings.JOBSITE_LOCAL_NODE
         self._gpus = gpus
         self.bwrap = sandbox.resolve_mode()  # refuses to start when the sandbox is required and missing
@@ -238,7 +240,7 @@ class LocalBackend:
         return (
             self.root / "work" / rel / f"replica-{rank}",
             self.root / "state" / rel / f"replica-{rank}",
-            replica_log_path(self.root / "logs", job_id, attempt_number, rank),
+            self.log_layout(self.root / "logs", job_id, attempt_number, rank),
         )
 
     def log_path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
@@ -254,8 +256,9 @@ class LocalBackend:
         write_atomic(path, hostfile_text([LOCAL_ADDR] * len(spec.replicas), gpus=int(spec.request.get("gpu", 0))))
         return path
 
-    def launch(self, spec: LaunchSpec) -> dict:
-        # One rendezvous per attempt: the same free port and hostfile for every replica.
+    def launch(self, spec: LaunchSpec, *, retries: int | None = None) -> dict:
+        # No API to retry: ``retries`` is not used. One rendezvous per attempt: the same free port and hostfile for
+        # every replica.
         master_port = free_port()
         try:
             hostfile = self._write_hostfile(spec)

@@ -3,7 +3,7 @@
 No process, no pod: a launch records when each replica starts; ``observe`` answers from the clock what a real
 backend would report (STARTING until ``start_delay`` has passed, RUNNING until the job's duration has, then EXITED
 with code 0; once stopped, EXITED with code 143 after ``stop_delay``). The clock is a callable, so the same
-backend serves a virtual clock (``scheduler.replay``: event to event, no waiting) or the wall clock.
+backend serves a virtual clock (``scheduler.simulation.replay``: event to event, no waiting) or the wall clock.
 
 How long a replica runs: ``durations`` (job id → seconds, what a replay knows of every job), else the
 ``JOBSITE_SIM_SECONDS`` variable of the replica's environment, else ``default_seconds``.
@@ -22,6 +22,8 @@ from pathlib import Path
 
 from scheduler.values import LaunchSpec, Node, ReplicaObservation, ReplicaState
 
+from .base import BackendDefaults
+
 DURATION_ENV = "JOBSITE_SIM_SECONDS"
 STOPPED_EXIT_CODE = 143  # what a process ended by SIGTERM reports
 
@@ -35,7 +37,7 @@ class _Attempt:
     cleaned: bool = False
 
 
-class SimBackend:
+class SimBackend(BackendDefaults):
     name = "sim"
 
     def __init__(self, nodes: list[tuple[str, int]] | int = 1, gpus_per_node: int = 8, *,
@@ -60,7 +62,7 @@ class SimBackend:
         return [Node(name=name, allocatable={"gpu": gpus}, free={"gpu": gpus}, free_gpu_ids=list(range(gpus)))
                 for name, gpus in self._nodes]
 
-    def launch(self, spec: LaunchSpec) -> dict:
+    def launch(self, spec: LaunchSpec, *, retries: int | None = None) -> dict:
         now = self.clock()
         seconds = self._seconds(spec)
         self._attempts[(spec.job_id, spec.attempt_number)] = _Attempt(len(spec.replicas), now, seconds)

@@ -6,12 +6,13 @@ kubelet by patching pod status, and every watch is stopped before the emulator.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes import client
+
+from tests import waiting
 
 from .emulator import EmulatorServer, kubeconfig
 
@@ -38,7 +39,7 @@ def core(emulator) -> client.CoreV1Api:
 @pytest.fixture
 def k8s(settings, emulator, tmp_path, monkeypatch):
     """JOBSITE_BACKEND=kubernetes with a kubeconfig pointing at the emulator, as a deployment would have it."""
-    from scheduler.backends import get_backend
+    from scheduler.backend_factory import get_backend
 
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig(emulator.url))
@@ -59,13 +60,8 @@ def k8s(settings, emulator, tmp_path, monkeypatch):
 
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    """tests/waiting.py's wait_for, polling every 10 ms, in the call form these tests use."""
+    return waiting.wait_for(predicate, timeout=timeout, interval=0.01, message=what)
 
 
 def iso(moment: datetime) -> str:

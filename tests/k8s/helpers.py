@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
 
 from jobs.choices import Phase
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.passes import schedule_pass
 from scheduler.sync import sync_jobs
+from tests import waiting
 
 from .conftest import wait_for
 
@@ -58,10 +59,13 @@ def has_waiting(reason):
 
 
 def sync_until(job, phases, run_hooks, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while True:
+    """Sync rounds until ``job`` is in one of ``phases``, or the timeout: the job as it then is (the caller asserts)."""
+
+    def reached():
         run_hooks(sync_jobs)
         job.refresh_from_db()
-        if job.phase in phases or time.monotonic() > deadline:
-            return job
-        time.sleep(0.02)
+        return job.phase in phases
+
+    with contextlib.suppress(waiting.WaitTimeout):
+        waiting.wait_for(reached, timeout=timeout, interval=0.02)
+    return job

@@ -14,10 +14,10 @@ from kubernetes import client
 
 from jobs import services
 from jobs.choices import Phase
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.backends.kubernetes import RBAC_RULES
 from scheduler.passes import schedule_pass
-from scheduler.sync import sync_jobs
+from scheduler.sync import orphans_delete, sync_jobs
 from scheduler.values import ReplicaState
 
 from .conftest import NAMESPACE, wait_for
@@ -88,7 +88,7 @@ def test_gpu_job_runs_to_success_with_events_and_a_log_that_outlives_the_pod(sub
 
     # The pod of a finished job belongs to no live attempt: reconcile archives its log and deletes it.
     k8s.emu.logs[(NAMESPACE, name)] = "epoch 1\nepoch 2\ndone\nbye\n"
-    assert backend().reconcile() == [name, f"networkpolicy/job-{job.pk}-1"]
+    assert orphans_delete(backend=backend()) == [name, f"networkpolicy/job-{job.pk}-1"]
     with pytest.raises(client.ApiException) as gone:
         core.read_namespaced_pod(name, NAMESPACE)
     assert gone.value.status == 404
@@ -348,7 +348,7 @@ def test_reconcile_deletes_orphans_only(submit, core, kubelet, k8s):
     k8s.emu.logs[(NAMESPACE, "job-99999-1-0")] = "orphan output\n"
     kubelet.running("job-99999-1-0")
 
-    deleted = backend().reconcile()
+    deleted = orphans_delete(backend=backend())
     assert sorted(deleted) == sorted(["job-99999-1-0", f"job-{live.pk}-7-0", "job-99999-1"])
     remaining = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
     assert remaining == {live_pod, "someone-elses"}
@@ -505,7 +505,7 @@ def test_the_backend_calls_exactly_what_the_role_grants(submit, world, core, kub
     sync_jobs()  # the pods are not in the cache: read directly, 404, gone
     job.refresh_from_db()
     assert job.phase == Phase.CANCELLED
-    backend().reconcile()
+    orphans_delete(backend=backend())
     backend().cleanup(job_id=job.pk, attempt_number=1, replicas=2)
     used = set()
     for method, path, query, agent in k8s.emu.journal:

@@ -42,6 +42,8 @@ from .kustomize import CLUSTER_SCOPED, BuildError, Unsupported, build, load_docu
 from .netpol import selects
 from .pod_security import restricted_violations
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
@@ -183,6 +185,7 @@ def test_every_component_is_rendered_alone_over_the_base_and_overlays_use_only_c
         assert {(DEPLOY / target / c).resolve().parent for c in k.get("components", [])} <= {DEPLOY / "components"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("kubectl"), reason="kubectl (with its built-in kustomize) is not installed")
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_renderer_agrees_with_kubectl_kustomize(target):

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from jobs import services
 from jobs.choices import Phase
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.backends.k8s_gang import (
     APIS,
     COSCHEDULING,
@@ -32,7 +32,7 @@ from scheduler.backends.k8s_gang import (
 from scheduler.backends.k8s_manifest import PodDefaults, build_attempt
 from scheduler.backends.kubernetes import GANG_RBAC_RULES, NETWORK_API_GROUP, RBAC_RULES
 from scheduler.passes import schedule_pass
-from scheduler.sync import housekeeping, sync_jobs
+from scheduler.sync import housekeeping, orphans_delete, sync_jobs
 
 from .conftest import NAMESPACE
 from .helpers import admit_and_launch, backend, name_of, phase_is, settle
@@ -247,7 +247,7 @@ def test_without_gang_scheduling_no_podgroup_api_is_called(submit, core, k8s, wo
     assert pod.spec.scheduler_name in (None, "default-scheduler")
     services.job_cancel(job=job, by=world.users["lin"])
     sync_jobs()
-    backend().reconcile()
+    orphans_delete(backend=backend())
     assert not [p for m, p, q, _ in k8s.emu.journal if p.startswith("/apis/")
                 and not p.startswith(f"/apis/{NETWORK_API_GROUP}/")]
 
@@ -307,7 +307,7 @@ def test_reconcile_deletes_orphaned_podgroups_only(gang, submit, custom):
     stray("job-99999-1", {**managed, "jobsite/job-id": "99999", "jobsite/attempt": "1"})  # unknown job
     stray(f"job-{live.pk}-7", {**managed, "jobsite/job-id": str(live.pk), "jobsite/attempt": "7"})  # old attempt
     stray("someone-elses", {"jobsite/job-id": "5", "jobsite/attempt": "1"})  # not ours: never touched
-    deleted = backend().reconcile()
+    deleted = orphans_delete(backend=backend())
     assert sorted(d for d in deleted if d.startswith("podgroup/")) == sorted(
         ["podgroup/job-99999-1", f"podgroup/job-{live.pk}-7"])
     assert set(podgroups(custom, VOLCANO)) == {f"job-{live.pk}-1", "someone-elses"}
@@ -350,7 +350,7 @@ def test_with_gang_scheduling_the_backend_calls_exactly_the_podgroup_rules_besid
     sync_jobs()
     settle({n: None for n in names})
     sync_jobs()
-    backend().reconcile()
+    orphans_delete(backend=backend())
     backend().cleanup(job_id=job.pk, attempt_number=1, replicas=2)
     used = rbac_calls(k8s.emu.journal, "test-kubelet")
     group = APIS[mode].group

@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes import client
 
-from scheduler.backends.k8s_logs import LogArchiver, format_timestamp, parse_timestamp, state_path
+from scheduler.backends.k8s_log_lines import format_timestamp, parse_timestamp
+from scheduler.backends.k8s_logs import LogArchiver, state_path
 
 from .conftest import NAMESPACE, wait_for
 from .emulator import log_timestamp

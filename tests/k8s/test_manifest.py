@@ -7,6 +7,7 @@ import kubernetes_validate
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduler.backend_factory import kubernetes_backend
 from scheduler.backends.k8s_manifest import (
     PodDefaults,
     build_attempt,
@@ -14,11 +15,12 @@ from scheduler.backends.k8s_manifest import (
     merge_tolerations,
     resources,
 )
-from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.values import LaunchReplica, LaunchSpec
 
 from .conftest import NAMESPACE
 from .pod_security import baseline_violations, restricted_violations
+
+pytestmark = pytest.mark.fast
 
 GIB = 1 << 30
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -245,9 +247,10 @@ def test_group_volume_and_datasets_are_mounted_and_linked_from_the_working_dir()
     assert init["volumeMounts"] == [{"name": "workdir", "mountPath": "/home/jovyan"}]
 
 
+@pytest.mark.slow
 def test_launch_creates_the_objects_in_the_namespace_and_is_idempotent(settings, emulator, core, tmp_path):
     settings.JOBSITE_K8S_API_RETRY_BASE_SECONDS = 0.01
-    backend = KubernetesBackend(emulator.api_client(), namespace=NAMESPACE, log_root=tmp_path)
+    backend = kubernetes_backend(emulator.api_client(), namespace=NAMESPACE, log_root=tmp_path)
     spec = make_spec(replicas=2)
     data = backend.launch(spec)
     assert data == {"namespace": NAMESPACE, "pods": ["job-7-2-0", "job-7-2-1"], "service": "job-7-2",

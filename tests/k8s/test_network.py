@@ -18,7 +18,7 @@ from jobs.choices import Phase
 from scheduler.backends.k8s_manifest import PodDefaults, attempt_labels, build_attempt, build_network_policy
 from scheduler.backends.kubernetes import NETWORK_API_GROUP, NETWORK_RBAC_RULES
 from scheduler.passes import schedule_pass
-from scheduler.sync import sync_jobs
+from scheduler.sync import orphans_delete, sync_jobs
 
 from .conftest import NAMESPACE
 from .helpers import admit_and_launch, backend, name_of, phase_is, settle
@@ -158,7 +158,7 @@ def test_each_attempt_gets_its_policy_before_its_pods_and_loses_it_with_them(
     job.refresh_from_db()
     assert job.phase == Phase.CANCELLED
     # until the leader's sweep finds it belongs to no live attempt.
-    assert f"networkpolicy/job-{job.pk}-1" in backend().reconcile()
+    assert f"networkpolicy/job-{job.pk}-1" in orphans_delete(backend=backend())
     assert policy_names(networking) == set()
     backend().cleanup(job_id=job.pk, attempt_number=1, replicas=2)  # the TTL's cleanup: nothing left, 404 is fine
     # What it called of the networking API is exactly what the Role grants (list: reconcile).
@@ -209,7 +209,7 @@ def test_reconcile_deletes_the_policies_of_no_live_attempt_and_nothing_else(subm
     stray("job-99999-1", 99999, 1)  # a job jobsite does not know
     stray(f"job-{live.pk}-7", live.pk, 7)  # an old attempt of a live job
     stray("someone-elses", 5, 1, managed=False)  # not ours: never touched
-    deleted = backend().reconcile()
+    deleted = orphans_delete(backend=backend())
     assert sorted(d for d in deleted if d.startswith("networkpolicy/")) == sorted(
         ["networkpolicy/job-99999-1", f"networkpolicy/job-{live.pk}-7"])
     assert policy_names(networking) == {f"job-{live.pk}-1", "someone-elses"}

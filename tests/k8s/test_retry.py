@@ -4,14 +4,17 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from scheduler.backends.kubernetes import KubernetesBackend, KubernetesUnavailable
+from scheduler.backend_factory import kubernetes_backend
+from scheduler.backends.k8s_api import KubernetesUnavailable
+
+pytestmark = pytest.mark.fast
 
 
 @pytest.fixture
 def backend(settings, tmp_path):
     settings.JOBSITE_K8S_API_RETRIES = 3
     settings.JOBSITE_K8S_API_RETRY_BASE_SECONDS = 0.001
-    return KubernetesBackend(api_client=object(), namespace="ns", log_root=tmp_path)
+    return kubernetes_backend(api_client=object(), namespace="ns", log_root=tmp_path)
 
 
 def flaky(*failures):

@@ -8,6 +8,8 @@ from kubernetes import client
 from scheduler.backends.k8s_status import observe_pod
 from scheduler.values import ReplicaState as S
 
+pytestmark = pytest.mark.fast
+
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 GRACE = 120
 

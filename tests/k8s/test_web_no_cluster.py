@@ -7,7 +7,7 @@ import pytest
 
 from jobs import services
 from jobs.choices import Phase
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.passes import schedule_pass
 from scheduler.sync import sync_jobs
 
