@@ -38,7 +38,8 @@ from django.utils import timezone  # noqa: E402
 from jobs.choices import Phase, Resource  # noqa: E402
 from jobs.models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent  # noqa: E402
 from scheduler.core import QueuedJob, decide  # noqa: E402
-from scheduler.passes import QUEUED_FIELDS, schedule_pass, snapshot  # noqa: E402
+from scheduler.passes import schedule_pass  # noqa: E402
+from scheduler.snapshot import QUEUED_FIELDS, snapshot  # noqa: E402
 from scheduler.values import Node  # noqa: E402
 
 PASS_GOAL_MS = 100

@@ -7,7 +7,7 @@
 The workload (``bench/workloads/make_kueue_baseline.py`` writes it): 30 groups with a GPU quota of 20 and a
 borrowing limit of 120, 15,000 preemptible jobs (per group 350 × 1 GPU for 0.2 s, 100 × 5 GPUs for 0.5 s,
 50 × 20 GPUs for 1 s, arriving over a minute), on 30 nodes of 20 GPUs. ``manage.py replay`` runs it in virtual
-time through the scheduler's own decisions (``scheduler.replay``); this prints the wall time of that work (and
+time through the scheduler's own decisions (``scheduler.simulation``); this prints the wall time of that work (and
 the CPU time, which a busy machine does not inflate) against a third of the 351 s Kueue's own baseline takes, and
 the share of the GPUs doing useful work over the makespan against 85 %.
 """
@@ -27,7 +27,9 @@ import django  # noqa: E402
 
 django.setup()  # settings only: the replay touches no database
 
-from scheduler.replay import Replay, fmt_seconds, load_workload, report_lines  # noqa: E402
+from scheduler.simulation.replay import Replay  # noqa: E402
+from scheduler.simulation.report import fmt_seconds, report_lines  # noqa: E402
+from scheduler.simulation.workload import load_workload  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "kueue_baseline.jsonl"
 KUEUE_WALL = 351.0  # seconds: Kueue's baseline (its test's recorded average)

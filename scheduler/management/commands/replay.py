@@ -1,18 +1,17 @@
-"""Replay a workload on the simulated backend in virtual time (``scheduler.replay``), or the recent history under
+"""Replay a workload on the simulated backend in virtual time (``scheduler.simulation``), or the recent history under
 changed quotas."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler.replay import (
-    Replay,
+from scheduler.simulation.history import workload_from_history
+from scheduler.simulation.replay import Replay
+from scheduler.simulation.report import compare_lines, report_lines
+from scheduler.simulation.workload import (
     WorkloadError,
-    compare_lines,
     load_workload,
     parse_quota_overrides,
-    report_lines,
     unknown_groups,
     with_quotas,
-    workload_from_history,
 )
 
 

@@ -1,15 +1,7 @@
 """Replay a workload on the simulated backend in virtual time: the scheduler's own work, none of the waiting.
 
-A workload is JSON Lines, one job a line (``parse_workload``); an optional first line, the header, describes the
-groups (GPU quota, borrowing limit, per-user quota), the cluster and defaults for every job::
-
-    {"groups": {"team-a": {"quota": 20, "limit": 120}}, "cluster": {"nodes": 30, "gpus_per_node": 20},
-     "defaults": {"preemptible": true}}
-    {"submit": 0.0, "group": "team-a", "user": "ana", "gpus": 1, "duration": 0.2, "priority": 0, "name": "small"}
-
-``submit`` and ``duration`` are seconds (submit: from the start of the workload). Optional per job: ``user``
-("user"), ``priority`` (50, normal), ``replicas`` (1, ``gpus`` each), ``preemptible`` (false), ``name``.
-A group the header does not list has no quota. Only GPUs are simulated (no CPU or memory requests).
+The workload and its format: ``scheduler.simulation.workload``; the figures printed of a result:
+``scheduler.simulation.report``.
 
 How it runs (in memory, no database): the virtual clock jumps from event to event (the next arrival, the next
 change the simulated backend reports: a launch, an end, a stop). At each moment the scheduler's pure core does the
@@ -29,21 +21,18 @@ whose passes keep preempting (``MAX_ROUNDS`` of them) is left as it is and count
 from __future__ import annotations
 
 import bisect
-import json
-import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from jobs.choices import RESOURCE_PHASES, JobType, Phase
 from jobs.rules import QuotaLimits
 from jobs.state_machine import check_transition
 
-from .backends.sim import SimBackend
-from .core import GroupState, Outcome, QueuedJob, Reason, ReplicaPlacement, RunningJob, Verdict, decide
-from .reconcile import (
+from ..backends.sim import SimBackend
+from ..core import GroupState, Outcome, QueuedJob, Reason, ReplicaPlacement, RunningJob, Verdict, decide
+from ..reconcile import (
     CountRestart,
     FinishTermination,
     JobView,
@@ -56,7 +45,8 @@ from .reconcile import (
     Transition,
     reconcile,
 )
-from .values import LaunchReplica, LaunchSpec
+from ..values import LaunchReplica, LaunchSpec
+from .workload import GroupSpec, WorkJob, Workload
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)  # virtual time zero: the workload's "submit": 0
 WINDOW = 2  # waiting jobs of each group asked about first; doubled while a group admits all it was asked about
@@ -65,173 +55,6 @@ HOLDING = frozenset({Reason.GROUP_QUOTA, Reason.CAPACITY, Reason.PREEMPTING, Rea
 # ``livelocks``; the clock then moves on to the next event).
 MAX_ROUNDS = 10
 DEFAULT_NODES, DEFAULT_GPUS_PER_NODE = 1, 8
-JOB_KEYS = {"submit", "group", "user", "gpus", "duration", "priority", "replicas", "preemptible", "name"}
-HEADER_KEYS = {"groups", "cluster", "defaults"}
-
-
-class WorkloadError(ValueError):
-    """A workload that cannot be replayed; the message names the line."""
-
-
-# --- the workload ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    quota: int | None = None  # GPUs guaranteed; None: unlimited
-    limit: int | None = None  # GPUs preemptible jobs may borrow up to; None: the quota
-    user_quota: int | None = None
-
-
-@dataclass(frozen=True)
-class WorkJob:
-    submit: float
-    group: str
-    user: str
-    gpus: int  # per replica
-    duration: float
-    priority: int = 50
-    replicas: int = 1
-    preemptible: bool = False
-    name: str = "job"
-
-    @property
-    def gpu_seconds(self) -> float:
-        return self.gpus * self.replicas * self.duration
-
-
-@dataclass
-class Workload:
-    jobs: list[WorkJob]
-    groups: dict[str, GroupSpec] = field(default_factory=dict)
-    nodes: int | None = None
-    gpus_per_node: int | None = None
-    node_list: list[tuple[str, int]] | None = None  # (name, GPUs) of unlike nodes, in place of the two above
-
-
-def _number(line: int, obj: Mapping, key: str, kind: type, *, minimum: float = 0, required: bool = True,
-            default=None):
-    if key not in obj:
-        if required:
-            raise WorkloadError(f"line {line}: missing '{key}'")
-        return default
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or (
-            kind is float and not math.isfinite(value)):
-        raise WorkloadError(f"line {line}: '{key}' must be {'a number' if kind is float else 'an integer'}, "
-                            f"got {json.dumps(value)}")
-    if value < minimum:
-        raise WorkloadError(f"line {line}: '{key}' must be at least {minimum:g}, got {value}")
-    return kind(value)
-
-
-def _optional_int(line: int, obj: Mapping, key: str) -> int | None:
-    if obj.get(key) is None:
-        return None
-    return _number(line, obj, key, int)
-
-
-def _header(line: int, obj: Mapping, workload: Workload) -> dict:
-    unknown = set(obj) - HEADER_KEYS
-    if unknown:
-        raise WorkloadError(f"line {line}: unknown header key(s) {', '.join(sorted(unknown))}")
-    groups = obj.get("groups", {})
-    if not isinstance(groups, dict):
-        raise WorkloadError(f"line {line}: 'groups' must be an object of group name → quotas")
-    for name, spec in groups.items():
-        if not isinstance(spec, dict):
-            raise WorkloadError(f"line {line}: group '{name}' must be an object (quota, limit, user_quota)")
-        quota, limit = _optional_int(line, spec, "quota"), _optional_int(line, spec, "limit")
-        if quota is not None and limit is not None and limit < quota:
-            raise WorkloadError(f"line {line}: group '{name}': the limit ({limit}) must be at least the quota "
-                                f"({quota})")
-        workload.groups[name] = GroupSpec(quota, limit, _optional_int(line, spec, "user_quota"))
-    cluster = obj.get("cluster", {})
-    if not isinstance(cluster, dict):
-        raise WorkloadError(f"line {line}: 'cluster' must be an object (nodes, gpus_per_node)")
-    workload.nodes = _number(line, cluster, "nodes", int, minimum=1, required=False)
-    workload.gpus_per_node = _number(line, cluster, "gpus_per_node", int, minimum=1, required=False)
-    defaults = obj.get("defaults", {})
-    if not isinstance(defaults, dict) or set(defaults) - (JOB_KEYS - {"submit", "duration"}):
-        raise WorkloadError(f"line {line}: 'defaults' must be an object of job fields")
-    return defaults
-
-
-def parse_workload(lines: Iterable[str]) -> Workload:
-    """A workload from JSON Lines (see the module's doc). Blank lines are skipped; a bad line raises
-    ``WorkloadError`` naming its number."""
-    workload = Workload(jobs=[])
-    defaults: dict = {}
-    seen_job = False
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise WorkloadError(f"line {number}: expected a JSON object")
-        if set(obj) & HEADER_KEYS:
-            if seen_job or workload.groups or workload.nodes:
-                raise WorkloadError(f"line {number}: the header (groups, cluster, defaults) must be the first line")
-            defaults = _header(number, obj, workload)
-            continue
-        seen_job = True
-        obj = {**defaults, **obj}
-        unknown = set(obj) - JOB_KEYS
-        if unknown:
-            raise WorkloadError(f"line {number}: unknown key(s) {', '.join(sorted(unknown))}")
-        group = obj.get("group")
-        if not isinstance(group, str) or not group:
-            raise WorkloadError(f"line {number}: 'group' must be a non-empty string")
-        preemptible = obj.get("preemptible", False)
-        if not isinstance(preemptible, bool):
-            raise WorkloadError(f"line {number}: 'preemptible' must be true or false")
-        workload.jobs.append(WorkJob(
-            submit=_number(number, obj, "submit", float),
-            group=group,
-            user=str(obj.get("user", "user")),
-            gpus=_number(number, obj, "gpus", int),
-            duration=_number(number, obj, "duration", float),
-            priority=_number(number, obj, "priority", int, minimum=-32768, required=False, default=50),
-            replicas=_number(number, obj, "replicas", int, minimum=1, required=False, default=1),
-            preemptible=preemptible,
-            name=str(obj.get("name", "job")),
-        ))
-    return workload
-
-
-def load_workload(path: str | Path) -> Workload:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return parse_workload(f)
-    except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc.strerror}") from None
-
-
-def parse_quota_overrides(items: Iterable[str]) -> dict[str, int]:
-    """["team-a=24", ...] → {"team-a": 24}."""
-    result = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value.strip().isdigit():
-            raise WorkloadError(f"--quota {item!r}: expected GROUP=GPUS, e.g. team-a=16")
-        result[name] = int(value)
-    return result
-
-
-def with_quotas(workload: Workload, quotas: Mapping[str, int]) -> Workload:
-    """The workload with these groups' GPU quotas changed (a borrowing limit below the new quota rises to it)."""
-    groups = dict(workload.groups)
-    for name, quota in quotas.items():
-        old = groups.get(name, GroupSpec())
-        limit = None if old.limit is None else max(old.limit, quota)
-        groups[name] = replace(old, quota=quota, limit=limit)
-    return replace(workload, groups=groups)
-
-
-# --- the replay ------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -322,8 +145,11 @@ def _seconds(t: datetime) -> float:
 
 class Replay:
     def __init__(self, workload: Workload, *, nodes: int | None = None, gpus_per_node: int | None = None,
-                 start_delay: float = 0.0, stop_delay: float = 0.0):
+                 start_delay: float = 0.0, stop_delay: float = 0.0, cancels: Mapping[int, float] | None = None):
+        """``cancels``: job (its number among the workload's jobs, from 1) → the virtual second its user cancels
+        it (as ``jobs.services.job_cancel`` does)."""
         self.workload = workload
+        self.cancels = sorted((T0 + timedelta(seconds=t), job_id) for job_id, t in (cancels or {}).items())
         per_node = gpus_per_node or workload.gpus_per_node or DEFAULT_GPUS_PER_NODE
         if workload.node_list and not nodes and not gpus_per_node:
             layout: list[tuple[str, int]] | int = list(workload.node_list)
@@ -356,6 +182,8 @@ class Replay:
         self.attempts: list[AttemptRecord] = []
         self.dirty = False  # something happened a decision could depend on since the last one
         self.sequence = 0
+        # Every phase change in order: (virtual second, job, from, to, reason).
+        self.transitions: list[tuple[float, int, str, str, str]] = []
         self.preemptions = self.decisions = self.steps = self.inadmissible = self.livelocks = 0
 
     # --- arrivals and queues ---------------------------------------------------------------------------------
@@ -385,6 +213,8 @@ class Replay:
     def _phase(self, job: _Job, phase: str, *, reason: str = "", message: str = "", status: str | None = None
                ) -> None:
         check_transition(job.phase, phase)  # the state machine every status write goes through
+        if phase != job.phase:
+            self.transitions.append((_seconds(self.clock()), job.id, job.phase, phase, reason))
         job.phase, job.reason, job.message = phase, reason, message
         job.status = status if status is not None else str(Phase(phase).label)
         job.updated_at = self.clock()
@@ -509,6 +339,25 @@ class Replay:
         ))
         self.touched.add((job.id, job.attempt))  # the launch is a change the next sync sees
 
+    def cancel(self, job_id: int) -> None:
+        """jobs.services.job_cancel by the job's user: a queued job ends at once, one holding resources terminates
+        (its replicas are stopped) and ends CANCELLED; one being preempted ends CANCELLED instead of requeued."""
+        job = self.jobs.get(job_id)
+        if job is None or job.phase not in RESOURCE_PHASES | {Phase.SUBMITTED, Phase.PENDING, Phase.INADMISSIBLE}:
+            return
+        reason, message = "CancelledByUser", f"Cancelled by {job.spec.user}"
+        if job.phase == Phase.TERMINATING:
+            if job.termination_target in (Phase.PENDING, Phase.PREEMPTED, Phase.BACKOFF):
+                job.reason, job.message, job.termination_target = reason, message, Phase.CANCELLED
+            return
+        if job.phase in RESOURCE_PHASES:
+            self._terminate(job, Terminate(Phase.CANCELLED, reason, message))
+            return
+        if job.phase == Phase.PENDING:
+            self._dequeue(job)
+        self._phase(job, Phase.CANCELLED, reason=reason, message=message, status="Cancelled")
+        self.dirty = True
+
     def _preempt(self, job: _Job, message: str) -> None:
         """jobs.services.job_preempt: a training job terminates and comes back PENDING, keeping its place."""
         self._terminate(job, Terminate(Phase.PENDING, "Preempted", message))
@@ -582,9 +431,10 @@ class Replay:
         started, cpu = time.perf_counter(), time.process_time()
         order = sorted(range(len(self.workload.jobs)), key=lambda i: (self.workload.jobs[i].submit, i))
         arrivals = [(T0 + timedelta(seconds=self.workload.jobs[i].submit), i) for i in order]
-        nxt = 0
+        nxt = cancelled = 0
         while True:
             candidates = [t for t in (arrivals[nxt][0] if nxt < len(arrivals) else None,
+                                      self.cancels[cancelled][0] if cancelled < len(self.cancels) else None,
                                       self.backend.next_change()) if t is not None]
             if not candidates:
                 break
@@ -594,6 +444,9 @@ class Replay:
                 i = arrivals[nxt][1]
                 self.submit(i + 1, self.workload.jobs[i])
                 nxt += 1
+            while cancelled < len(self.cancels) and self.cancels[cancelled][0] <= self.clock.now:
+                self.cancel(self.cancels[cancelled][1])
+                cancelled += 1
             for _ in range(MAX_ROUNDS):  # settle this moment: sync what changed, decide, until quiet
                 changed = self.backend.due(self.clock.now) | self.touched
                 self.touched = set()
@@ -635,143 +488,3 @@ class Replay:
             phases=phases,
         )
 
-
-def unknown_groups(workload: Workload, quotas: Mapping[str, int]) -> list[str]:
-    """Groups named in ``quotas`` that the workload does not know (a likely typo)."""
-    known = {j.group for j in workload.jobs} | set(workload.groups)
-    return sorted(set(quotas) - known)
-
-
-# --- figures ---------------------------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    return ordered[max(math.ceil(p / 100 * len(ordered)) - 1, 0)]
-
-
-def wait_summary(values: list[float]) -> tuple[float, float, float] | None:
-    """(p50, p90, max) of waits, None without any."""
-    if not values:
-        return None
-    return percentile(values, 50), percentile(values, 90), max(values)
-
-
-def fmt_seconds(s: float) -> str:
-    if s < 10:
-        return f"{s:.2f} s"
-    if s < 3600:
-        return f"{s:.1f} s"
-    return f"{s / 3600:.1f} h"
-
-
-def report_lines(result: ReplayResult, *, layout: str) -> list[str]:
-    lines = [
-        f"jobs: {result.jobs:,} ({result.succeeded:,} completed, {result.inadmissible:,} inadmissible, "
-        f"{result.preemptions:,} preemptions) on {layout} = {result.capacity:,} GPUs",
-        f"wall time (the scheduler's own work): {result.wall_seconds:.2f} s (CPU {result.cpu_seconds:.2f} s), "
-        f"{result.jobs_per_second:,.0f} jobs/s ({result.steps:,} moments, {result.decisions:,} decide() calls"
-        + (f", {result.livelocks:,} moments cut short after {MAX_ROUNDS} passes that kept preempting"
-           if result.livelocks else "") + ")",
-        f"virtual makespan: {fmt_seconds(result.makespan)}",
-        f"ideal makespan (GPU-seconds {result.useful_gpu_seconds:,.0f} / {result.capacity:,} GPUs): "
-        f"{fmt_seconds(result.ideal_makespan)}",
-        f"GPU usage: {100 * result.usage:.1f} % (useful GPU-seconds / capacity × makespan; held, preempted work "
-        f"included: {100 * result.held_usage:.1f} %)",
-        "waits per group (submit → first start): p50 / p90 / max",
-    ]
-    width = max((len(g) for g in result.waits), default=5)
-    for group, values in sorted(result.waits.items()):
-        summary = wait_summary(values)
-        shown = " / ".join(fmt_seconds(v) for v in summary) if summary else "no job started"
-        lines.append(f"  {group:<{width}}  {len(values):>6} jobs  {shown}")
-    if len(result.class_waits) > 1:
-        lines.append("waits per job name: p50 / p90 / max (mean)")
-        width = max(len(n) for n in result.class_waits)
-        for name, values in sorted(result.class_waits.items()):
-            p50, p90, most = wait_summary(values)
-            lines.append(f"  {name:<{width}}  {len(values):>6} jobs  {fmt_seconds(p50)} / {fmt_seconds(p90)} / "
-                         f"{fmt_seconds(most)} ({fmt_seconds(sum(values) / len(values))})")
-    return lines
-
-
-# --- "what if": the recent history under other quotas ---------------------------------------------------------
-
-
-@dataclass
-class History:
-    workload: Workload
-    observed: dict[str, list[float]]  # group → the waits the jobs really had (submit → last admission), seconds
-    since: datetime
-    cluster: str  # where the nodes came from, in words
-
-
-def workload_from_history(days: float, *, now: datetime | None = None) -> History:
-    """The jobs queued in the last ``days`` that ran and ended, as a workload: submit offsets from the first one,
-    group, user, GPUs and replicas, priority, preemptible, and how long the last attempt ran (started → finished);
-    the groups' GPU quotas as they are now; the nodes the scheduler last recorded for the configured backend
-    (none recorded: one node of JOBSITE_LOCAL_GPUS)."""
-    from django.conf import settings
-    from django.utils import timezone
-
-    from jobs.choices import TERMINAL_PHASES
-    from jobs.models import GroupQuota, Job
-    from jobs.models import Node as NodeRow
-
-    now = now or timezone.now()
-    since = now - timedelta(days=days)
-    rows = list(Job.objects.filter(queued_at__gte=since, phase__in=TERMINAL_PHASES, started_at__isnull=False,
-                                   finished_at__isnull=False)
-                .order_by("queued_at", "id")
-                .values("name", "group__name", "user__username", "gpu", "replicas", "priority", "preemptible",
-                        "queued_at", "admitted_at", "started_at", "finished_at"))
-    first = rows[0]["queued_at"] if rows else now
-    jobs, observed = [], {}
-    for r in rows:
-        jobs.append(WorkJob(
-            submit=(r["queued_at"] - first).total_seconds(), group=r["group__name"], user=r["user__username"],
-            gpus=r["gpu"], duration=max((r["finished_at"] - r["started_at"]).total_seconds(), 0.0),
-            priority=r["priority"], replicas=r["replicas"], preemptible=r["preemptible"], name=r["name"],
-        ))
-        admitted = r["admitted_at"] or r["started_at"]
-        observed.setdefault(r["group__name"], []).append(max((admitted - r["queued_at"]).total_seconds(), 0.0))
-    groups = {q.group.name: GroupSpec(q.quota, q.limit, q.user_quota)
-              for q in GroupQuota.objects.filter(resource="gpu").select_related("group")}
-    recorded = [(n.name, int(n.allocatable.get("gpu", 0)))
-                for n in NodeRow.objects.filter(backend=settings.JOBSITE_BACKEND).order_by("name")]
-    recorded = [n for n in recorded if n[1] > 0]
-    if recorded:
-        cluster = f"the {len(recorded)} node(s) last recorded for the {settings.JOBSITE_BACKEND} backend"
-    else:
-        recorded = [("local", settings.JOBSITE_LOCAL_GPUS)]
-        cluster = f"no node recorded: one node of {settings.JOBSITE_LOCAL_GPUS} GPUs (JOBSITE_LOCAL_GPUS)"
-    workload = Workload(jobs=jobs, groups=groups, node_list=recorded)
-    return History(workload, observed, since, cluster)
-
-
-def compare_lines(history: History, actual: ReplayResult, changed: ReplayResult, quotas: Mapping[str, int]
-                  ) -> list[str]:
-    """Waits per group side by side: as they were, replayed under the actual quotas, replayed under the changed."""
-    def cell(values: list[float]) -> str:
-        summary = wait_summary(values)
-        return " / ".join(fmt_seconds(v) for v in summary) if summary else "-"
-
-    groups = sorted(set(actual.waits) | set(history.observed))
-    width = max([len(g) for g in groups] + [5])
-    change = ", ".join(f"{g}={q}" for g, q in sorted(quotas.items())) or "none"
-    lines = [
-        f"{len(history.workload.jobs):,} jobs queued since {history.since:%Y-%m-%d %H:%M} that ran and ended; "
-        f"cluster: {history.cluster}",
-        f"changed GPU quotas: {change}",
-        f"makespan {fmt_seconds(actual.makespan)} → {fmt_seconds(changed.makespan)}, GPU usage "
-        f"{100 * actual.usage:.1f} % → {100 * changed.usage:.1f} %, preemptions {actual.preemptions} → "
-        f"{changed.preemptions}",
-        "waits per group, p50 / p90 / max:",
-        f"  {'group':<{width}}  {'jobs':>5}  {'as they were':<28}  {'replayed, actual quotas':<28}  "
-        f"replayed, changed quotas",
-    ]
-    for g in groups:
-        lines.append(f"  {g:<{width}}  {len(history.observed.get(g, [])):>5}  {cell(history.observed.get(g, [])):<28}"
-                     f"  {cell(actual.waits.get(g, [])):<28}  {cell(changed.waits.get(g, []))}")
-    return lines
