@@ -48,6 +48,9 @@ from array import array
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.waiting import wait_for  # noqa: E402
+
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 JOBS_ON_PAGE = 20
@@ -79,14 +82,14 @@ def free_port() -> int:
 
 
 def wait_port(port: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listens() -> bool:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                return True
         except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on port {port}")
+            return False
+
+    wait_for(listens, timeout=timeout, interval=0.1, message=f"a server on port {port}")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -293,9 +296,9 @@ def child(args: argparse.Namespace) -> None:
                       f"(expected {args.changes * connected}), {failed} failed to connect", flush=True)
             browser.close()
     finally:
-        from jobs import realtime
+        from jobs import live_publisher
 
-        realtime.flush(5)
+        live_publisher.flush(5)
         stop_server()
 
 
@@ -401,7 +404,7 @@ def load(args: argparse.Namespace) -> None:
     from django.conf import settings
     from django.core.management import call_command
 
-    from jobs import realtime, services
+    from jobs import live_publisher, services
     from jobs.choices import Phase
     from jobs.models import Job
 
@@ -472,7 +475,7 @@ def load(args: argparse.Namespace) -> None:
     changes.sort()
     elapsed = time.monotonic() - started
     load_after = os.getloadavg()[0]
-    realtime.flush(30)
+    live_publisher.flush(30)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(changes, f)
     histogram: dict[int, int] = {}
@@ -493,7 +496,7 @@ def load(args: argparse.Namespace) -> None:
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
     in_groups = len(client.pubsub_channels(settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] + "*"))
     delivered = sum(histogram.values())
-    publisher = realtime._publisher()
+    publisher = live_publisher._publisher()
     print(f"[load] the publisher sent {publisher.batches} batches ({publisher.rows} rows rendered once each)",
           flush=True)
     print(f"[load] made {total} changes in {elapsed:.1f} s ({total / elapsed:.0f}/s); load average "

@@ -5,14 +5,14 @@ web process's subscription is being re-established, reaches no one. Three things
 
 - **A socket that (re)connects** reads what its page misses: the list reads its page's ids and change times (one
   narrow query, ``list_page``) and redraws its rows only if they changed; the detail page draws what it lacks.
-- **Each web process's hub watches its link** (``LayerWatch``, one per ``realtime.Hub`` on a Redis layer): every
+- **Each web process's hub watches its link** (``LayerWatch``, one per ``live_hub.Hub`` on a Redis layer): every
   ``PING_SECONDS`` the hub sends itself a signed ping through the layer and waits for it to come back through its
   subscription. A ping that cannot be sent or is not back within ``PING_TIMEOUT_SECONDS`` opens a gap (logged
   once); the first one back after it closes the gap: the hub joins its groups again (a Redis that restarted
   forgot them), then tells every socket of the process to catch up from the last ping that came back
   (``consumer.hub_catch_up(since)``), which is the reconnect path again. One catch-up per socket per outage,
   nothing per message. The watch also renews the hub's group memberships every ``GROUP_RENEW_SECONDS``.
-- **A publisher that could not send** (``realtime._Publisher``) keeps the jobs' ids (``Resend``) and sends them
+- **A publisher that could not send** (``live_publisher._Publisher``) keeps the jobs' ids (``Resend``) and sends them
   again, rendered as they are by then, 1 s, 2 s, 4 s… later (at most ``RESEND_MAX_SECONDS`` apart) until a send
   succeeds: a process that lost the layer while the web processes kept it (they saw no gap) still delivers. Above
   ``RESEND_MAX_JOBS`` jobs it keeps none and leaves the pages to their hubs' catch-up.
@@ -54,7 +54,7 @@ _drawn: dict[int, tuple[tuple[Any, ...], float, str]] = {}  # job id → (its st
 
 
 class LayerWatch:
-    """The link of one hub (``realtime.Hub``: ``layer``, ``channel``, ``joined``, ``listeners``) to the layer.
+    """The link of one hub (``live_hub.Hub``: ``layer``, ``channel``, ``joined``, ``listeners``) to the layer.
     ``run`` is one of the hub's tasks; the hub hands it every authentic message of type ``PING`` (``pong``)."""
 
     def __init__(self, hub: Any) -> None:
@@ -142,8 +142,8 @@ class LayerWatch:
 
 
 class Resend:
-    """The ids of jobs a publisher (``realtime._Publisher``: ``loop``, ``layer``, ``submit``) could not send, handed
-    back to it after a backoff; dropped if the layer was replaced meanwhile (a test's settings)."""
+    """The ids of jobs a publisher (``live_publisher._Publisher``: ``loop``, ``layer``, ``submit``) could not send,
+    handed back to it after a backoff; dropped if the layer was replaced meanwhile (a test's settings)."""
 
     def __init__(self, publisher: Any) -> None:
         self.publisher = publisher
@@ -179,7 +179,7 @@ def list_page(user_id: int, params: str, page: int, shown: set[int] | None,
     """The job list's catch-up: (the ids of the page now, the frame that redraws its rows or ""). The page's ids and
     change times are read first (one narrow query); the rows are drawn only when the page's ids differ from
     ``shown`` or one of them changed after ``since`` (less ``MARGIN``), each from ``jobs/_job_row.html`` as
-    ``realtime.render_rows`` draws a change, or as drawn for another socket just before. ``shown`` None: not a
+    ``live_publisher.render_rows`` draws a change, or as drawn for another socket just before. ``shown`` None: not a
     page (a script), nothing is sent."""
     from django.contrib.auth import get_user_model
     from django.http import QueryDict
@@ -210,7 +210,7 @@ def _rows(stamps: list[tuple[Any, ...]]) -> dict[int, str]:
     ``ROW_REUSE_SECONDS`` (its queue position is part of the state: derived, it changes without the job). A job
     gone is left out."""
     from . import selectors
-    from .realtime import render_rows
+    from .live_publisher import render_rows
 
     positions = selectors.queue_positions(stamp[0] for stamp in stamps if stamp[2] == Phase.PENDING)
     keys = {stamp[0]: (*stamp[1:], positions.get(stamp[0])) for stamp in stamps}

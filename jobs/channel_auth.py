@@ -1,8 +1,8 @@
 """Authenticated messages between processes over the channel layer.
 
 Anything that can reach Redis can publish on a pub/sub channel, and Redis pub/sub ignores database numbers. So
-every message jobsite puts on the layer (``jobs.realtime``) is signed, and the receiving side (the web process's
-``realtime.Hub``, the only taker of layer messages: sockets are not layer members) keeps only messages that
+every message jobsite puts on the layer (``jobs.live_publisher``) is signed, and the receiving side (the web process's
+``jobs.live_hub.Hub``, the only taker of layer messages: sockets are not layer members) keeps only messages that
 verify:
 
 - the signature is an HMAC-SHA256 (``django.utils.crypto.salted_hmac``) keyed by ``SECRET_KEY`` with a purpose of

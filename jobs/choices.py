@@ -24,8 +24,6 @@ TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Pha
 RESOURCE_PHASES = frozenset({Phase.PREPARING, Phase.RUNNING, Phase.TERMINATING, Phase.UNKNOWN})
 # Phases in which the scheduler considers a job for admission.
 QUEUED_PHASES = frozenset({Phase.SUBMITTED, Phase.PENDING, Phase.INADMISSIBLE})
-# Phases in which a backend has processes or pods for the current attempt.
-ACTIVE_PHASES = RESOURCE_PHASES
 
 
 class JobType(models.TextChoices):

@@ -5,8 +5,8 @@ Authentication happens at the edge (``jobsite.asgi``: allowed hosts/origin, sess
 anonymous connections and checks permission before it listens. Memberships are checked again every
 ``RECHECK_SECONDS``, so someone removed from a group stops hearing about it.
 
-Sockets are not members of channel-layer groups: they listen at their process's hub (``jobs.realtime.Hub``), which
-hears each change once and hands every socket the rows of its groups, at most every ``realtime.FLUSH_SECONDS``.
+Sockets are not members of channel-layer groups: they listen at their process's hub (``jobs.live_hub.Hub``), which
+hears each change once and hands every socket the rows of its groups, at most every ``live_hub.FLUSH_SECONDS``.
 A consumer keeps the newest row per job until its previous frame is sent, so a burst of changes of one job ends
 in one frame with its last state. What it sends are htmx out-of-band swaps of fragments drawn from the templates
 of the pages themselves: ``<tr id="job-N" hx-swap-oob="true">`` (the row of ``jobs/_job_row.html``), inserts
@@ -30,7 +30,7 @@ from django.http import QueryDict
 from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 
-from . import catchup, logs, realtime, selectors
+from . import catchup, live_hub, live_publisher, logs, selectors
 from .choices import TERMINAL_PHASES
 from .models import Attempt, Job, Membership
 
@@ -52,9 +52,9 @@ def channel_groups_of(user_id: int) -> set[str] | None:
     if user is None:
         return None
     if user.is_superuser:
-        return {realtime.GROUP_ALL}
+        return {live_publisher.GROUP_ALL}
     group_ids = Membership.objects.filter(user=user).values_list("group_id", flat=True)
-    return {realtime.group_channel(gid) for gid in group_ids}
+    return {live_publisher.group_channel(gid) for gid in group_ids}
 
 
 def with_oob(html: str, swap: str = "true") -> str:
@@ -86,8 +86,8 @@ class _AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
         if wanted is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        realtime.register_consumer_loop()
-        self.hub = realtime.hub()
+        live_publisher.register_consumer_loop()
+        self.hub = live_hub.hub()
         await self._join(wanted)
         await self.accept()
         self.recheck_task = asyncio.create_task(self._recheck())
@@ -299,7 +299,7 @@ class QueueConsumer(_AuthenticatedConsumer):
     def _groups(self) -> set[str] | None:
         user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
         group = user and selectors.groups_of(user).filter(name=self.group_name).first()
-        return {realtime.group_channel(group.pk)} if group else None
+        return {live_publisher.group_channel(group.pk)} if group else None
 
     def hub_push(self, items: dict[int, dict[str, Any]]) -> None:
         if not self.refresh_due:
@@ -343,7 +343,7 @@ class UtilisationConsumer(QueueConsumer):
 
     async def channel_groups(self) -> set[str] | None:
         groups = await database_sync_to_async(channel_groups_of)(self.user_id)
-        return None if groups is None else {realtime.UTILISATION}
+        return None if groups is None else {live_publisher.UTILISATION}
 
     def refresh_url(self) -> str:
         from django.urls import reverse
@@ -359,7 +359,7 @@ class _OneJobMixin:
 
     async def channel_groups(self) -> set[str] | None:
         visible = await database_sync_to_async(self._visible)()
-        return {realtime.job_channel(self.job_id)} if visible else None
+        return {live_hub.job_channel(self.job_id)} if visible else None
 
     def _visible(self) -> bool:
         user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()

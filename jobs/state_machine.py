@@ -29,10 +29,6 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     P.PREEMPTED: frozenset({P.PENDING}),
 }
 
-# Targets a TERMINATING job may end in, chosen when termination starts (BACKOFF: a failed attempt, retried
-# while its backoff limit allows, else FAILED).
-TERMINATION_TARGETS = frozenset({P.CANCELLED, P.TIMED_OUT, P.PREEMPTED, P.PENDING, P.FAILED, P.BACKOFF})
-
 
 class InvalidTransition(Exception):
     def __init__(self, current: str, target: str):

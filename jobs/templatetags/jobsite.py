@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from jobs.choices import Phase
-from jobs.realtime import estimate_text
+from jobs.estimate_text import estimate_text
 from jobs.rules import fmt_duration
 
 register = template.Library()
@@ -160,5 +160,5 @@ def percent(value, digits: int = 0) -> str:
 
 @register.filter
 def estimate(job) -> str:
-    """A pending job's estimated start, as the live messages say it (jobs.realtime.estimate_text)."""
+    """A pending job's estimated start, as the live messages say it (jobs.estimate_text)."""
     return estimate_text(job.phase, job.queue_position, job.estimated_start, job.estimate_basis)

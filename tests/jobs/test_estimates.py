@@ -10,18 +10,18 @@ from django.utils import timezone
 from jobs import durations, selectors, services
 from jobs.choices import Phase
 from jobs.models import Job
-from scheduler import passes
+from scheduler import pass_estimates
 from scheduler.estimate import step_time
 from scheduler.passes import schedule_pass
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
 
 
 @pytest.fixture(autouse=True)
 def _fresh_history():
-    passes.duration_history_clear()  # read again from this test's database
+    pass_estimates.estimate_memory_reset()  # read again from this test's database
     yield
-    passes.duration_history_clear()
+    pass_estimates.estimate_memory_reset()
 
 
 @pytest.fixture
@@ -227,7 +227,7 @@ def test_a_failing_estimate_never_holds_back_admission(submit, t0, monkeypatch, 
     def broken(*args, **kwargs):
         raise RuntimeError("estimator bug")
 
-    monkeypatch.setattr(passes, "estimate", broken)
+    monkeypatch.setattr(pass_estimates, "estimate", broken)
     job = submit("bob", "gpu-1")
     waiting = submit("pan", "gpu-4")
     result = schedule_pass(now=t0)
@@ -235,18 +235,6 @@ def test_a_failing_estimate_never_holds_back_admission(submit, t0, monkeypatch, 
     waiting.refresh_from_db()
     assert (waiting.phase, waiting.estimated_start) == (Phase.PENDING, None)
     assert "could not estimate" in caplog.text
-
-
-def test_live_messages_say_the_estimate_as_the_pages_do(submit, t0):
-    from jobs import realtime
-
-    submit("bob", "gpu-4", command="sleep 600")
-    waiting = submit("pan", "gpu-2")
-    schedule_pass(now=t0)
-    waiting.refresh_from_db()
-    [(_, message)] = realtime.job_messages([waiting.pk])
-    assert message["estimate"].startswith("est. start ") and message["estimate"].endswith("(by deadlines)")
-    assert message["estimated_start"] == waiting.estimated_start.isoformat()
 
 
 @pytest.mark.parametrize("phase, position, start, basis, text", [
@@ -259,7 +247,7 @@ def test_live_messages_say_the_estimate_as_the_pages_do(submit, t0):
 def test_estimate_text(phase, position, start, basis, text):
     from datetime import datetime
 
-    from jobs.realtime import estimate_text
+    from jobs.estimate_text import estimate_text
 
     if start == "today 14:20":
         start = timezone.localtime().replace(hour=14, minute=20)

@@ -9,7 +9,7 @@ from jobs import selectors, services
 from jobs.choices import Phase
 from scheduler.passes import schedule_pass
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
 
 
 def test_group_queue_in_priority_then_fifo_order(submit, world):

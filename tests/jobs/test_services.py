@@ -12,7 +12,7 @@ from jobs.models import Job, JobEvent
 from jobs.state_machine import InvalidTransition
 from scheduler.passes import schedule_pass
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
 
 
 def test_submit_writes_job_and_submitted_event(submit):

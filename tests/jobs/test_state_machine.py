@@ -14,6 +14,8 @@ from jobs.state_machine import (
     is_terminal,
 )
 
+pytestmark = pytest.mark.fast
+
 P = Phase
 
 

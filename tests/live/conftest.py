@@ -68,7 +68,7 @@ def pending(job: Job, position: int = 1, reason: str = "GroupQuota", message: st
 def admitted(job: Job):
     """PENDING, then an attempt in PREPARING on the local backend (nothing launched); the local node recorded as a
     scheduling pass records it."""
-    from scheduler.backends import get_backend
+    from scheduler.backend_factory import get_backend
     from scheduler.passes import refresh_nodes
 
     refresh_nodes(get_backend("local"))

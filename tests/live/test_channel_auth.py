@@ -15,7 +15,7 @@ from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import channel_auth, realtime
+from jobs import channel_auth, live_publisher
 
 from .conftest import pending
 
@@ -65,11 +65,11 @@ async def frames_until(communicator, predicate, timeout: float = 10) -> list[str
 
 async def test_forged_messages_on_a_group_change_no_socket_and_are_counted(ws, world, submit, redis_url, settings):
     job = await db(submit, "lin", name="lins-job")
-    assert await db(realtime.flush, 5)
+    assert await db(live_publisher.flush, 5)
     lin, connected = await ws(f"/ws/jobs/?shown={job.pk}", world.users["lin"])
     assert connected
     before = await db(rejected)
-    group = realtime.group_channel(job.group_id)
+    group = live_publisher.group_channel(job.group_id)
 
     # Anything that reaches Redis: a layer of its own on the same prefix, sending straight to the group.
     attacker = RedisPubSubChannelLayer(hosts=[redis_url], prefix=settings.JOBSITE_REDIS_PREFIX + "ws:")
@@ -80,7 +80,7 @@ async def test_forged_messages_on_a_group_change_no_socket_and_are_counted(ws, w
                    "installation": settings.JOBSITE_INSTALLATION_ID, "sent_at": time.time()}
         await attacker.group_send(group, guessed)
         # A real signature of this installation's, on a message changed afterwards.
-        genuine = await db(lambda: realtime.change_messages(realtime.render_rows([job.pk]))[0][1])
+        genuine = await db(lambda: live_publisher.change_messages(live_publisher.render_rows([job.pk]))[0][1])
         await attacker.group_send(group, {**genuine, "items": [forged_item(job, "FORGED-TAMPERED")]})
         # Signed with a key of someone else's.
         with override_settings(SECRET_KEY=OTHER["SECRET_KEY"]):
@@ -103,9 +103,9 @@ async def test_forged_messages_on_a_group_change_no_socket_and_are_counted(ws, w
 
 async def test_two_installations_on_one_redis_never_hear_each_other(ws, world, submit, redis_url, settings):
     job = await db(submit, "bob", name="ours")
-    assert await db(realtime.flush, 5)
+    assert await db(live_publisher.flush, 5)
     bob, _ = await ws(f"/ws/jobs/?shown={job.pk}", world.users["bob"])
-    group = realtime.group_channel(job.group_id)  # the other installation has a group of the same id
+    group = live_publisher.group_channel(job.group_id)  # the other installation has a group of the same id
     before = await db(rejected)
 
     # The other installation publishes a change of "its" job of the same id, as its own publisher would.
@@ -139,7 +139,7 @@ async def test_two_installations_on_one_redis_never_hear_each_other(ws, world, s
 
 async def test_messages_are_signed_over_everything_the_hub_reads(world, submit, settings):
     job = await db(submit, "bob")
-    sends = await db(lambda: realtime.change_messages(realtime.render_rows([job.pk])))
+    sends = await db(lambda: live_publisher.change_messages(live_publisher.render_rows([job.pk])))
     for _, message in sends:
         assert channel_auth.rejection(message) is None
         assert message["installation"] == settings.JOBSITE_INSTALLATION_ID

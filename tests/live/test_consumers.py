@@ -12,7 +12,7 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
-from jobs import realtime, services
+from jobs import live_hub, live_publisher, services
 from jobs.choices import Phase
 from jobs.models import Attempt, Job
 
@@ -179,12 +179,12 @@ async def test_disconnect_leaves_no_channel_in_the_layer_groups(ws, world, submi
     bob, _ = await ws("/ws/jobs/", world.users["bob"])
     admin, _ = await ws("/ws/jobs/", world.users["admin"])
     layer = get_channel_layer()
-    phusers = realtime.group_channel(world.groups["phusers"].pk)
-    assert {name for name, members in layer.groups.items() if members} >= {phusers, realtime.GROUP_ALL}
+    phusers = live_publisher.group_channel(world.groups["phusers"].pk)
+    assert {name for name, members in layer.groups.items() if members} >= {phusers, live_publisher.GROUP_ALL}
     assert len(layer.groups[phusers]) == 1  # the process's hub, not each socket
     await bob.disconnect()
     await admin.disconnect()
-    assert not any(layer.groups.get(name) for name in (phusers, realtime.GROUP_ALL))
+    assert not any(layer.groups.get(name) for name in (phusers, live_publisher.GROUP_ALL))
 
 
 async def test_reconnect_sends_rows_that_changed_since_the_page_was_drawn(ws, world, submit):
@@ -313,7 +313,7 @@ async def test_redis_layer_for_real(ws, world, submit, settings):
 
     assert type(get_channel_layer()).__name__ == "RedisPubSubChannelLayer"
     job = await db(submit, "pan")
-    assert await db(realtime.flush, 5)  # its "Submitted" is out before the sockets open
+    assert await db(live_publisher.flush, 5)  # its "Submitted" is out before the sockets open
     bob, _ = await ws(f"/ws/jobs/?shown={job.pk}", world.users["bob"])
     pan, _ = await ws(f"/ws/jobs/?shown={job.pk}", world.users["pan"])
     eve, _ = await ws("/ws/jobs/", world.users["eve"])
@@ -321,12 +321,12 @@ async def test_redis_layer_for_real(ws, world, submit, settings):
     frames = [(await frames_until(s, lambda f: ">Pending</span>" in f))[-1] for s in (bob, pan)]
     assert frames[0] == frames[1]
     assert await eve.receive_nothing(timeout=0.5)
-    assert await db(realtime.flush, 5)
+    assert await db(live_publisher.flush, 5)
 
     import redis
 
     client = redis.Redis.from_url(url)
-    group_key = f"{prefix}__group__{realtime.group_channel(job.group_id)}"
+    group_key = f"{prefix}__group__{live_publisher.group_channel(job.group_id)}"
     assert client.pubsub_numsub(group_key) == [(group_key.encode(), 1)]  # one subscriber (the hub), three sockets
     for s in (bob, pan, eve):
         await s.disconnect()
@@ -342,11 +342,11 @@ async def test_layer_down_never_fails_a_transition(world, submit, settings, capl
     job = await db(submit, "bob")
     job = await db(pending, job)  # no exception
     assert job.phase == Phase.PENDING
-    assert await db(realtime.flush, 10)
+    assert await db(live_publisher.flush, 10)
     assert "could not publish" in caplog.text
 
 
 async def test_the_hub_goes_with_its_last_socket(ws, world, submit):
     bob, _ = await ws("/ws/jobs/", world.users["bob"])
     await bob.disconnect()
-    assert not realtime._hubs.get(asyncio.get_running_loop())  # the hub went with its last socket
+    assert not live_hub._hubs.get(asyncio.get_running_loop())  # the hub went with its last socket

@@ -11,13 +11,13 @@ import asyncio
 import os
 import re
 import threading
-import time
 
 import pytest
 
 from jobs import consumers, services
 from jobs.models import Job
 from tests.live.test_live_browser import asgi_server, browser, logged_in, not_reloaded, scheduler  # noqa: F401
+from tests.waiting import wait_for
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # ORM calls between Playwright's page actions
 
@@ -43,16 +43,6 @@ def held_detail_socket(monkeypatch):
     return gate
 
 
-def wait_db(condition, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError("the job did not get there in time")
-
-
 def open_page(page, url: str) -> None:
     page.goto(url)
     page.evaluate("() => { window.__marker = 'still the same page'; }")
@@ -73,7 +63,8 @@ def test_the_page_drawn_before_admission_follows_the_job_and_its_restart(
     assert page.locator("#job-head .badge").inner_text() == "Submitted"
     assert page.locator("#logs-list [data-no-logs]").count() == 1
     scheduler.paused.clear()
-    waiting = wait_db(lambda: Job.objects.filter(pk=job.pk, phase="PENDING").exclude(reason="").first())
+    waiting = wait_for(lambda: Job.objects.filter(pk=job.pk, phase="PENDING").exclude(reason="").first(), timeout=60,
+                       interval=0.1, message="the job pending with a reason")
     held_detail_socket.set()
     page.wait_for_selector("#job-head .badge.badge-orange:text-is('Pending')")
     page.wait_for_selector(f"#status-card dd:text-is('{waiting.reason}')")
@@ -95,8 +86,8 @@ def test_the_page_drawn_before_admission_follows_the_job_and_its_restart(
     page.evaluate("() => { window.__marker = 'still the same page'; }")
     assert page.locator("#log-2-0").count() == 0
     scheduler.paused.clear()
-    wait_db(lambda: Job.objects.filter(pk=job.pk, current_attempt__number=2,
-                                       phase__in=["RUNNING", "FAILED"]).exists())
+    wait_for(lambda: Job.objects.filter(pk=job.pk, current_attempt__number=2, phase__in=["RUNNING", "FAILED"]).exists(),
+             timeout=60, interval=0.1, message="attempt 2 running or failed")
     held_detail_socket.set()
     page.wait_for_selector("#log-2-0 pre.log-text:has-text('attempt 2 first')")
     page.wait_for_selector("#log-2-0 pre.log-text:has-text('attempt 2 the last line')")

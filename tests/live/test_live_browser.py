@@ -19,7 +19,7 @@ from django.db import connections
 from jobs import services
 from jobs.choices import Role
 from jobs.models import Job, Membership
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from tests.browser import ARTIFACTS, chromium
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here between page actions are

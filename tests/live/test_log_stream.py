@@ -20,7 +20,7 @@ def db(fn, *args, **kwargs):
 
 
 async def log_file(submit, **kw):
-    from scheduler.backends import get_backend
+    from scheduler.backend_factory import get_backend
 
     job = await db(submit, "bob", **kw)
     job, attempt = await db(admitted, job)

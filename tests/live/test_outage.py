@@ -16,8 +16,9 @@ import pytest
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from jobs import catchup, realtime, services
+from jobs import catchup, live_hub, live_publisher, services
 from jobs.models import Job
+from tests.waiting import async_wait_for
 
 from .conftest import pending
 
@@ -76,13 +77,6 @@ def private_redis(settings, tmp_path):
     server.stop()
 
 
-async def until(condition, what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def frames_until(communicator, predicate, timeout: float = DEADLINE) -> list[str]:
     got = []
     deadline = time.monotonic() + timeout
@@ -92,8 +86,8 @@ async def frames_until(communicator, predicate, timeout: float = DEADLINE) -> li
             return got
 
 
-def the_hub() -> realtime.Hub:
-    return realtime._hubs[asyncio.get_running_loop()]
+def the_hub() -> live_hub.Hub:
+    return live_hub._hubs[asyncio.get_running_loop()]
 
 
 def drawn_now() -> str:
@@ -111,7 +105,7 @@ async def test_pages_catch_up_after_redis_was_down_without_reconnecting(private_
                                                                         monkeypatch):
     no_resend(monkeypatch)
     job = await db(submit, "bob", name="through-the-outage")
-    assert await db(realtime.flush, 10)
+    assert await db(live_publisher.flush, 10)
     first_event = await db(lambda: job.events.order_by("id").last().pk)
     lister, connected = await ws(f"/ws/jobs/?shown={job.pk}&since={drawn_now()}", world.users["bob"])
     assert connected
@@ -119,17 +113,18 @@ async def test_pages_catch_up_after_redis_was_down_without_reconnecting(private_
     detail, _ = await ws(f"/ws/jobs/{job.pk}/?after={first_event}", world.users["bob"])
     queue, _ = await ws("/ws/groups/phusers/queue/", world.users["pan"])
     hub = the_hub()
-    await until(lambda: hub.watch.pings > 0 and hub.watch.gap is None, "a ping to come back")
+    await async_wait_for(lambda: hub.watch.pings > 0 and hub.watch.gap is None, timeout=DEADLINE,
+                         message="a ping to come back")
 
     private_redis.stop()
-    await until(lambda: hub.watch.gap is not None, "the hub to notice the outage")
+    await async_wait_for(lambda: hub.watch.gap is not None, timeout=DEADLINE, message="the hub to notice the outage")
     await db(pending, job, 1, "GroupQuota", "changed during the outage")
-    assert await db(realtime.flush, 10)  # tried, failed, never raised
+    assert await db(live_publisher.flush, 10)  # tried, failed, never raised
     assert (await db(Job.objects.get, pk=job.pk)).phase == "PENDING"
     assert await lister.receive_nothing(timeout=0.3)
     drawn = []
-    render_rows = realtime.render_rows
-    monkeypatch.setattr(realtime, "render_rows", lambda ids: drawn.extend(ids) or render_rows(ids))
+    render_rows = live_publisher.render_rows
+    monkeypatch.setattr(live_publisher, "render_rows", lambda ids: drawn.extend(ids) or render_rows(ids))
 
     private_redis.start()
     frames = await frames_until(lister, lambda f: "changed during the outage" in f)
@@ -154,18 +149,19 @@ async def test_a_socket_opened_during_the_outage_is_accepted_and_catches_up(priv
                                                                            monkeypatch):
     no_resend(monkeypatch)
     job = await db(submit, "bob", name="opened-late")
-    assert await db(realtime.flush, 10)
+    assert await db(live_publisher.flush, 10)
     detail, _ = await ws(f"/ws/jobs/{job.pk}/?after=0", world.users["bob"])  # the hub's channel exists
     hub = the_hub()
-    await until(lambda: hub.watch.pings > 0 and hub.watch.gap is None, "a ping to come back")
+    await async_wait_for(lambda: hub.watch.pings > 0 and hub.watch.gap is None, timeout=DEADLINE,
+                         message="a ping to come back")
 
     private_redis.stop()
     # This page's group is not joined yet: joining fails while Redis is down.
     lister, connected = await ws(f"/ws/jobs/?shown={job.pk}&since={drawn_now()}", world.users["bob"])
     assert connected
-    await until(lambda: hub.watch.gap is not None, "the hub to notice the outage")
+    await async_wait_for(lambda: hub.watch.gap is not None, timeout=DEADLINE, message="the hub to notice the outage")
     await db(pending, job, 1, "GroupQuota", "changed while it opened")
-    assert await db(realtime.flush, 10)
+    assert await db(live_publisher.flush, 10)
 
     private_redis.start()
     frames = await frames_until(lister, lambda f: "changed while it opened" in f)
@@ -179,22 +175,23 @@ async def test_a_publisher_cut_off_alone_sends_its_changes_again(private_redis, 
                                                                 caplog):
     """The web process kept the layer (its hub saw no gap); the process that published could not reach it."""
     job = await db(submit, "bob", name="sent-again")
-    assert await db(realtime.flush, 10)
-    publisher = realtime._publisher()
+    assert await db(live_publisher.flush, 10)
+    publisher = live_publisher._publisher()
     monkeypatch.setattr(publisher, "resend", catchup.Resend(publisher))  # no backoff left from an earlier test
     lister, _ = await ws(f"/ws/jobs/?shown={job.pk}&since={drawn_now()}", world.users["bob"])
     cut_off = True
-    send_all = realtime._send_all
+    send_all = live_publisher._send_all
 
     async def publisher_send_all(layer, sends):
         if cut_off:
             raise ConnectionError("this publisher cannot reach Redis (test)")
         await send_all(layer, sends)
 
-    monkeypatch.setattr(realtime, "_send_all", publisher_send_all)
+    monkeypatch.setattr(live_publisher, "_send_all", publisher_send_all)
     await db(pending, job, 1, "GroupQuota", "published while cut off")
-    assert await db(realtime.flush, 10)
-    await until(lambda: "could not publish job changes" in caplog.text, "the publish to fail")
+    assert await db(live_publisher.flush, 10)
+    await async_wait_for(lambda: "could not publish job changes" in caplog.text, timeout=DEADLINE,
+                         message="the publish to fail")
     assert await lister.receive_nothing(timeout=0.3)
 
     cut_off = False

@@ -10,11 +10,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import realtime, services
+from jobs import live_publisher, services
 from jobs.choices import Phase
 from jobs.models import Attempt, Job
 from jobs.templatetags.jobsite_charts import axis, stacked_bars
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 
 from .conftest import admitted, pending
 
@@ -40,7 +40,7 @@ def write_log(job: Job, data: bytes, number: int = 1, rank: int = 0):
 def test_each_change_is_rendered_once_as_the_list_row_in_one_query(submit, django_assert_num_queries):
     jobs = [submit("bob") for _ in range(5)]
     with django_assert_num_queries(1):
-        items = realtime.render_rows([j.pk for j in jobs] * 2)
+        items = live_publisher.render_rows([j.pk for j in jobs] * 2)
     assert [item["id"] for item in items] == sorted(j.pk for j in jobs)
     assert all(item["row"].startswith(f'<tr id="job-{item["id"]}"') for item in items)
 
@@ -51,16 +51,16 @@ def test_publish_never_raises(monkeypatch, submit, caplog):
     def broken(*args, **kwargs):
         raise ConnectionError("layer down")
 
-    monkeypatch.setattr(realtime, "_sockets_here", lambda: True)
-    monkeypatch.setattr(realtime, "_dispatch", broken)
-    realtime.publish_job_changes([job.pk])  # logged, not raised
+    monkeypatch.setattr(live_publisher, "_sockets_here", lambda: True)
+    monkeypatch.setattr(live_publisher, "_dispatch", broken)
+    live_publisher.publish_job_changes([job.pk])  # logged, not raised
     assert "could not publish" in caplog.text
 
 
 def test_publish_is_after_commit(submit, django_capture_on_commit_callbacks, monkeypatch):
     sent = []
-    monkeypatch.setattr(realtime, "_sockets_here", lambda: True)
-    monkeypatch.setattr(realtime, "_dispatch", lambda sends: sent.extend(sends))
+    monkeypatch.setattr(live_publisher, "_sockets_here", lambda: True)
+    monkeypatch.setattr(live_publisher, "_dispatch", lambda sends: sent.extend(sends))
     job = submit("bob")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         pending(job)

@@ -1,0 +1,229 @@
+"""Publishing job changes: each change of a job is rendered once, as the row of the job list
+(``jobs/_job_row.html``, the template the page itself is drawn from), and sent after commit as one channel-layer
+message per audience.
+
+Audiences (channel-layer groups):
+  ``jobs.group.<group id>``  the rows of that job group's changed jobs (its members' list, queue and detail pages)
+  ``jobs.all``               every changed row (superusers)
+  ``jobs.utilisation``       "something changed", without rows (the utilisation page)
+
+``publish_job_changes`` is called from the after-commit hooks of ``jobs.services``. It never raises into its
+caller: with the layer down the change is logged and sent again later, and pages catch up when the layer is back
+(``jobs.catchup``). With the in-memory layer (embedded default) the rows are rendered by the caller and handed to
+the loop the consumers run on; with Redis a publisher thread renders and sends, so a caller in the scheduler never
+waits. Each web process's hub (``jobs.live_hub``) receives the messages and hands them to its sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+from . import catchup, channel_auth
+
+log = logging.getLogger(__name__)
+
+GROUP_ALL = "jobs.all"
+UTILISATION = "jobs.utilisation"
+
+
+def group_channel(group_id: int) -> str:
+    return f"jobs.group.{group_id}"
+
+
+# --- rendering: once per change, the row the list page draws -------------------------------------------------
+
+
+def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """One item per job: its list row rendered from ``jobs/_job_row.html`` (the template of the first load), its
+    group and when it was rendered (the newest rendering of a job wins wherever two meet). One query."""
+    from django.template.loader import get_template
+
+    from . import selectors
+    from .models import Job
+
+    ids = sorted({int(i) for i in job_ids})
+    if not ids:
+        return []
+    template = get_template("jobs/_job_row.html")
+    jobs = Job.objects.filter(pk__in=ids).select_related("group", "user", "instance_type").order_by("id")
+    jobs = selectors.with_queue_positions(jobs)  # derived where read, as the page does
+    at = time.time()
+    return [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
+             "row": template.render({"job": job}).strip()} for job in jobs]
+
+
+def change_messages(items: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """One ``jobs.changed`` message per audience: each job group with its jobs' rows, superusers with all of them,
+    and the utilisation page (no rows: "something changed")."""
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        by_group.setdefault(group_channel(item["group_id"]), []).append(item)
+    sends = [(name, rows) for name, rows in by_group.items()] + ([(GROUP_ALL, items)] if items else [])
+    sends.append((UTILISATION, []))
+    # Signed (jobs.channel_auth): the hubs drop whatever else arrives on their channel.
+    return [(name, channel_auth.sign({"type": "jobs.changed", "group": name, "items": rows})) for name, rows in sends]
+
+
+def publish_job_changes(job_ids: Iterable[int]) -> None:
+    """Tell every socket that may see them that these jobs changed. Call after commit; never raises.
+
+    In-memory layer: rendered here and handed to the consumers' loop. Redis: the publisher thread renders and
+    sends, and changes that arrive while it is busy are rendered together (each job once, in its newest state)."""
+    try:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        if isinstance(layer, InMemoryChannelLayer):
+            if _sockets_here():
+                _dispatch(change_messages(render_rows(job_ids)))
+            return
+        _publisher().submit(layer, job_ids)
+    except Exception:  # a broken channel layer must never fail a transition, a request or a scheduling pass
+        log.exception("could not publish the change of jobs %s", job_ids)
+
+
+# --- delivery -------------------------------------------------------------------------------------------------
+
+_consumer_loop: asyncio.AbstractEventLoop | None = None
+
+
+def register_consumer_loop() -> None:
+    """Called by the consumers when a socket connects: the loop the in-memory layer's queues belong to."""
+    global _consumer_loop
+    _consumer_loop = asyncio.get_running_loop()
+
+
+async def _send_all(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
+    for channel_group, message in sends:
+        await layer.group_send(channel_group, message)
+
+
+def _log_failure(future: Any) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("could not publish job changes: %r", future.exception())
+
+
+def _sockets_here() -> bool:
+    """Whether sockets of this process listen (the in-memory layer reaches no one else)."""
+    loop = _consumer_loop
+    return loop is not None and not loop.is_closed() and loop.is_running()
+
+
+def _dispatch(sends: list[tuple[str, dict[str, Any]]]) -> None:
+    """In-memory layer: send on the consumers' loop."""
+    layer, loop = get_channel_layer(), _consumer_loop
+    if layer is None or not _sockets_here():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        loop.create_task(_send_all(layer, sends)).add_done_callback(_log_failure)
+    else:
+        asyncio.run_coroutine_threadsafe(_send_all(layer, sends), loop).add_done_callback(_log_failure)
+
+
+def _render_rows_and_close(ids: set[int]) -> list[dict[str, Any]]:
+    from django.db import close_old_connections
+
+    try:
+        return render_rows(ids)
+    finally:
+        close_old_connections()
+
+
+class _Publisher:
+    """A daemon thread with an event loop that renders the changed jobs and sends them, one batch after another:
+    the ids that arrive while a batch is out make the next batch (a job changed ten times meanwhile is read and
+    rendered once, as it is now)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.ids: set[int] = set()
+        self.layer: Any = None
+        self.batches = self.rows = 0  # sent so far (the benchmark reports them)
+        self.wakeup: asyncio.Event | None = None
+        self.ready = threading.Event()
+        self.idle = threading.Event()
+        self.idle.set()
+        self.lock = threading.Lock()
+        # The database is read in a thread of its own (no event loop there, one connection).
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="jobsite-publisher-db")
+        self.resend = catchup.Resend(self)  # the changes it could not send go out again later
+        self.thread = threading.Thread(target=self._run, name="jobsite-publisher", daemon=True)
+        self.thread.start()
+        self.ready.wait(5)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.wakeup = asyncio.Event()
+        self.loop.call_soon(self.ready.set)
+        self.loop.run_until_complete(self._worker())
+
+    async def _worker(self) -> None:
+        while True:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+            while True:
+                with self.lock:
+                    ids, self.ids, layer = self.ids, set(), self.layer
+                    if not ids:
+                        self.idle.set()
+                        break
+                try:
+                    items = await self.loop.run_in_executor(self.reader, _render_rows_and_close, ids)
+                except Exception as exc:  # the database: nothing to send again (a later change reads it afresh)
+                    log.error("could not read the changed jobs %s: %r", sorted(ids), exc)
+                    continue
+                try:
+                    await _send_all(layer, change_messages(items))
+                    self.batches += 1
+                    self.rows += len(items)
+                    self.resend.sent()
+                except Exception as exc:  # the channel layer: sent again later
+                    log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
+
+    def submit(self, layer: Any, job_ids: Iterable[int]) -> None:
+        with self.lock:
+            self.ids.update(int(i) for i in job_ids)
+            self.layer = layer
+            self.idle.clear()
+        self.loop.call_soon_threadsafe(self.wakeup.set)
+
+    def flush(self, timeout: float) -> bool:
+        return self.idle.wait(timeout)
+
+
+_publisher_instance: _Publisher | None = None
+_publisher_lock = threading.Lock()
+
+
+def _publisher() -> _Publisher:
+    global _publisher_instance
+    with _publisher_lock:
+        if _publisher_instance is None or _publisher_instance.pid != os.getpid():  # none yet, or forked
+            _publisher_instance = _Publisher()
+        return _publisher_instance
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Wait until the publisher thread has sent everything queued so far (for tests and at exit)."""
+    publisher = _publisher_instance
+    if publisher is None or publisher.pid != os.getpid():
+        return True
+    return publisher.flush(timeout)
+
+
+atexit.register(flush, 2.0)

@@ -1,0 +1,245 @@
+"""Submitting a job: the checks of a submission against the user's groups, images, instance types and quotas
+(``job_spec_validate``), the job's creation (``job_submit``) and the `Idempotency-Key` that makes a retried submit
+answer the job it made (``job_submitted_with``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .. import limits
+from ..choices import JobType, Phase, Priority, Resource
+from ..models import Group, GroupQuota, Image, InstanceType, Job, Membership, SubmitKey
+from ..rules import QuotaLimits, fmt_amount
+from ..wakeup import request_pass
+from .events import event_record
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    group: Group
+    image: Image
+    instance_type: InstanceType
+    command: str
+    env: dict[str, str]
+    replicas: int
+    job_type: str
+    priority: int
+    preemptible: bool
+    backoff_limit: int
+    active_deadline_seconds: int
+    ttl_seconds_after_finished: int
+
+
+def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, preemptible: bool) -> str | None:
+    """Why a request can never fit the group's quotas (a preemptible job may borrow up to the limit), or None."""
+    request = instance_type.request
+    for q in GroupQuota.objects.filter(group=group):
+        total = request[q.resource] * replicas
+        label = Resource(q.resource).label.split(" ")[0]
+        if q.user_quota is not None and total > q.user_quota:
+            return (f"asks {fmt_amount(q.resource, total)}, more than the user {label} quota "
+                    f"{fmt_amount(q.resource, q.user_quota)} in {group.name}")
+        ceiling = QuotaLimits(q.quota, q.limit, q.user_quota).ceiling(preemptible)
+        if ceiling is not None and total > ceiling:
+            what = "limit" if ceiling != q.quota else "quota"
+            return (f"asks {fmt_amount(q.resource, total)}, more than the group {label} {what} "
+                    f"{fmt_amount(q.resource, ceiling)} of {group.name}")
+    return None
+
+
+def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpec:
+    """Check a submission against the user's groups, the group's images and instance types, and its quotas.
+
+    ``data`` holds already type-checked values (from the form or the API serializer), with names for group,
+    image and instance_type. Raises ``ValidationError`` with a message per field.
+    """
+    errors: dict[str, str] = {}
+    group = image = instance_type = None
+
+    group_name = data.get("group") or ""
+    group = Group.objects.filter(name=group_name).first()
+    if group is None:
+        errors["group"] = f"Unknown group '{group_name}'."
+    elif not (user.is_superuser or Membership.objects.filter(group=group, user=user).exists()):
+        errors["group"] = f"You are not a member of group '{group_name}'."
+        group = None
+
+    image_name = data.get("image") or ""
+    image = Image.objects.filter(name=image_name).first()
+    if image is None:
+        errors["image"] = f"Unknown image '{image_name}'."
+    elif group and not image.groups.filter(pk=group.pk).exists():
+        errors["image"] = f"Image '{image_name}' is not allowed in group '{group.name}'."
+
+    it_name = data.get("instance_type") or ""
+    instance_type = InstanceType.objects.filter(name=it_name).first()
+    if instance_type is None:
+        errors["instance_type"] = f"Unknown instance type '{it_name}'."
+    elif group and not instance_type.groups.filter(pk=group.pk).exists():
+        errors["instance_type"] = f"Instance type '{it_name}' is not allowed in group '{group.name}'."
+
+    command = data.get("command") or ""
+    if not command.strip():
+        errors["command"] = "Enter a command."
+    elif len(command.encode()) > limits.COMMAND_MAX_BYTES:
+        errors["command"] = f"The command is longer than {limits.COMMAND_MAX_BYTES // 1024} KiB."
+    elif "\x00" in command:
+        errors["command"] = "The command contains a NUL character."
+
+    env = data.get("env") or {}
+    env_error = _env_problem(env)
+    if env_error:
+        errors["env"] = env_error
+
+    name = (data.get("name") or "").strip()
+    if len(name) > limits.NAME_MAX:
+        errors["name"] = f"Use at most {limits.NAME_MAX} characters."
+    elif any(ord(c) < 32 for c in name):
+        errors["name"] = "The name contains control characters."
+
+    replicas = _or_default(data.get("replicas"), 1)
+    if not isinstance(replicas, int) or not 1 <= replicas <= limits.REPLICAS_MAX:
+        errors["replicas"] = f"Use 1 to {limits.REPLICAS_MAX} replicas."
+
+    if group and instance_type and "instance_type" not in errors and "replicas" not in errors:
+        problem = _quota_problem(group, instance_type, replicas, bool(data.get("preemptible")))
+        if problem:
+            errors["replicas" if replicas > 1 else "instance_type"] = f"This job can never run: it {problem}."
+
+    if errors:
+        raise ValidationError({k: [v] for k, v in errors.items()})
+
+    job_type = data.get("job_type") or JobType.TRAINING
+    return JobSpec(
+        name=name or _default_name(command),
+        group=group,
+        image=image,
+        instance_type=instance_type,
+        command=command,
+        env={str(k): str(v) for k, v in env.items()},
+        replicas=replicas,
+        job_type=job_type,
+        priority=data.get("priority", Priority.NORMAL) if data.get("priority") is not None else Priority.NORMAL,
+        preemptible=bool(data.get("preemptible", False)),
+        backoff_limit=_or_default(data.get("backoff_limit"), settings.JOBSITE_DEFAULT_BACKOFF_LIMIT),
+        active_deadline_seconds=_or_default(
+            data.get("active_deadline_seconds"),
+            settings.JOBSITE_DEFAULT_INTERACTIVE_DEADLINE_SECONDS if job_type == JobType.INTERACTIVE
+            else settings.JOBSITE_DEFAULT_ACTIVE_DEADLINE_SECONDS,
+        ),
+        ttl_seconds_after_finished=_or_default(
+            data.get("ttl_seconds_after_finished"), settings.JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED
+        ),
+    )
+
+
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _default_name(command: str) -> str:
+    first = command.strip().split()[0] if command.strip() else "job"
+    return first.rsplit("/", 1)[-1][:40] or "job"
+
+
+def _env_problem(env: Any) -> str | None:
+    if not isinstance(env, dict):
+        return "Give environment variables as an object of NAME: value."
+    if len(env) > limits.ENV_MAX_VARS:
+        return f"Use at most {limits.ENV_MAX_VARS} environment variables."
+    for key, value in env.items():
+        if not isinstance(key, str) or not limits.ENV_NAME_RE.match(key):
+            return f"'{key}' is not a valid variable name (letters, digits and _, not starting with a digit)."
+        if key in limits.RESERVED_ENV:
+            return f"'{key}' is set by jobsite and cannot be overridden."
+        if not isinstance(value, str | int | float | bool):
+            return f"The value of '{key}' must be a string."
+        if len(str(value).encode()) > limits.ENV_VALUE_MAX_BYTES:
+            return f"The value of '{key}' is longer than {limits.ENV_VALUE_MAX_BYTES // 1024} KiB."
+        if "\x00" in str(value):
+            return f"The value of '{key}' contains a NUL character."
+    return None
+
+
+# How long an `Idempotency-Key` of a submit answers the job it made; after that the key may make a new job.
+SUBMIT_KEY_TTL = timedelta(hours=24)
+
+
+class SubmitKeyTaken(Exception):
+    """Another submit with the same `Idempotency-Key` committed first: nothing was written; ask
+    ``job_submitted_with`` for its job."""
+
+
+class SubmitKeyReused(ValidationError):
+    """The `Idempotency-Key` made a job from another request body within ``SUBMIT_KEY_TTL``."""
+
+
+def job_submitted_with(*, user: AbstractBaseUser, key: str, fingerprint: str) -> Job | None:
+    """The job a submit of ``user`` with this `Idempotency-Key` made within ``SUBMIT_KEY_TTL``, or None.
+
+    Raises ``SubmitKeyReused`` when that submit had another body (``fingerprint``)."""
+    row = (SubmitKey.objects.select_related("job")
+           .filter(user=user, key=key, created_at__gte=timezone.now() - SUBMIT_KEY_TTL).first())
+    if row is None:
+        return None
+    if row.fingerprint != fingerprint:
+        raise SubmitKeyReused(
+            f"The Idempotency-Key '{key}' was used for another request body (job #{row.job_id}) within the last "
+            f"{SUBMIT_KEY_TTL.total_seconds() / 3600:g} hours; send a new key for a new job."
+        )
+    return row.job
+
+
+@transaction.atomic
+def job_submit(*, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str = "", fingerprint: str = "") -> Job:
+    """Create a job from a validated spec. With ``idempotency_key`` the key is recorded with the job in the same
+    transaction; a concurrent submit that recorded the same key first makes this one write nothing and raise
+    ``SubmitKeyTaken`` (the unique constraint decides, not a check before the insert)."""
+    now = timezone.now()
+    it = spec.instance_type
+    job = Job.objects.create(
+        name=spec.name,
+        group=spec.group,
+        user=user,
+        image=spec.image,
+        image_url=spec.image.url,
+        instance_type=it,
+        gpu=it.gpu,
+        cpu_millicores=it.cpu_millicores,
+        memory_bytes=it.memory_bytes,
+        command=spec.command,
+        env=spec.env,
+        replicas=spec.replicas,
+        job_type=spec.job_type,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        backoff_limit=spec.backoff_limit,
+        active_deadline_seconds=spec.active_deadline_seconds,
+        ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
+        phase=Phase.SUBMITTED,
+        status="Submitted",
+        queued_at=now,
+    )
+    if idempotency_key:
+        # An expired row of the same key would block the insert; the user's other expired keys go with it.
+        SubmitKey.objects.filter(user=user, created_at__lt=now - SUBMIT_KEY_TTL).delete()
+        try:
+            with transaction.atomic():
+                SubmitKey.objects.create(user=user, key=idempotency_key, fingerprint=fingerprint, job=job,
+                                         created_at=now)
+        except IntegrityError as exc:
+            raise SubmitKeyTaken(idempotency_key) from exc
+    # The event publishes the new job after commit (the list shows it); then a pass queues it.
+    event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
+    transaction.on_commit(request_pass, robust=True)
+    return job

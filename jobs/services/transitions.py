@@ -1,0 +1,159 @@
+"""Phase changes: ``job_transition`` is the one place a job's phase and status change. It locks the job's row, checks
+the state machine, writes an event, closes the attempt when resources are released, and queues the side effects
+(live update, scheduling pass) for after commit. ``job_terminate`` is the transition that starts stopping a job.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
+from ..models import Job
+from ..state_machine import ERROR_STATUSES, check_transition
+from ..wakeup import request_pass
+from .events import event_record
+
+UNSET: Any = object()
+
+DEFAULT_STATUS = {
+    Phase.SUBMITTED: "Submitted",
+    Phase.INADMISSIBLE: "Inadmissible",
+    Phase.PENDING: "Pending",
+    Phase.BACKOFF: "Error",
+    Phase.PREPARING: "ContainerCreating",
+    Phase.RUNNING: "Running",
+    Phase.TERMINATING: "Terminating",
+    Phase.SUCCEEDED: "Succeeded",
+    Phase.FAILED: "Fail",
+    Phase.CANCELLED: "Cancelled",
+    Phase.TIMED_OUT: "TimedOut",
+    Phase.PREEMPTED: "Preempted",
+    Phase.UNKNOWN: "Unknown",
+}
+
+
+def _on_commit_effects(job_id: int, old_phase: str, new_phase: str) -> None:
+    from ..live_publisher import publish_job_changes
+
+    publish_job_changes([job_id])  # never raises
+    released = old_phase in RESOURCE_PHASES and new_phase not in RESOURCE_PHASES
+    queued = new_phase in QUEUED_PHASES and old_phase not in QUEUED_PHASES
+    # A pass for freed or queued resources; the scheduler's sync for pods to stop.
+    if released or queued or (new_phase == Phase.TERMINATING and old_phase != Phase.TERMINATING):
+        request_pass()
+
+
+# Event types as Kubernetes means them: Warning for failures, evictions and anything a person should look at.
+WARNING_STATUSES = frozenset({"Error", "Fail", *ERROR_STATUSES})
+WARNING_REASONS = frozenset({
+    "Error", "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "FailedImagePull", "ContainerCannotRun",
+    "NodeLost", "NodeUnresponsive", "Preempted", "Evicted", "OOMKilled", "DeadlineExceeded", "RequeueLimitExceeded",
+    "Requeued",
+})
+
+
+@transaction.atomic
+def job_transition(
+    *,
+    job: Job,
+    phase: str,
+    status: str | None = None,
+    reason: str = "",
+    message: str = "",
+    event_type: str | None = None,
+    event_reason: str | None = None,
+    exit_code: int | None = UNSET,
+    queue_position: int | None = None,
+    now: datetime | None = None,
+    **fields: Any,
+) -> Job:
+    """Move ``job`` to ``phase`` (locking its row), record an event and queue after-commit effects.
+
+    Raises ``InvalidTransition`` if the state machine forbids it. A call that changes neither phase, status nor
+    reason only refreshes message/position and writes no event.
+    """
+    now = now or timezone.now()
+    current = Job.objects.select_for_update(of=("self",)).select_related("current_attempt").get(pk=job.pk)
+    check_transition(current.phase, phase)
+    status = status or DEFAULT_STATUS[Phase(phase)]
+    changed = (current.phase, current.status, current.reason) != (phase, status, reason)
+    old_phase = current.phase
+
+    current.phase = phase
+    current.status = status
+    current.reason = reason
+    current.message = message
+    current.queue_position = queue_position if phase == Phase.PENDING else None
+    if phase != Phase.PENDING:  # admitted, inadmissible or out of the queue: no start to expect any more
+        current.estimated_start, current.estimate_basis = None, ""
+    if exit_code is not UNSET:
+        current.exit_code = exit_code
+    if old_phase == Phase.BACKOFF:
+        current.retry_at = None  # the backoff is over
+    for name, value in fields.items():
+        setattr(current, name, value)
+    if phase == Phase.RUNNING and current.started_at is None:
+        current.started_at = now
+    if phase == Phase.TERMINATING and old_phase != Phase.TERMINATING:
+        current.terminating_since = now
+    if phase != Phase.TERMINATING:
+        current.terminating_since = None
+        current.termination_target = ""
+    if phase not in RESOURCE_PHASES:
+        current.over_quota = False
+    if phase == Phase.PENDING and old_phase != Phase.PENDING:
+        # Queued again (retry, requeue, preemption, restart): what the job shows is no longer an attempt's; the
+        # ended attempt keeps its own exit code and times.
+        current.exit_code = current.admitted_at = current.started_at = None
+    if phase in TERMINAL_PHASES:
+        current.finished_at = now
+        current.expires_at = now + timedelta(seconds=current.ttl_seconds_after_finished)
+    elif old_phase in TERMINAL_PHASES:
+        current.finished_at = current.expires_at = None
+
+    attempt = current.current_attempt
+    if attempt and old_phase in RESOURCE_PHASES and phase not in RESOURCE_PHASES and attempt.ended_at is None:
+        attempt.ended_at = now
+        attempt.outcome = reason or status
+        if exit_code is not UNSET:
+            attempt.exit_code = exit_code
+        if attempt.started_at:
+            attempt.gpu_seconds = attempt.gpu * attempt.replicas * (now - attempt.started_at).total_seconds()
+        attempt.save(update_fields=["ended_at", "outcome", "exit_code", "gpu_seconds"])
+    if attempt and phase == Phase.RUNNING and attempt.running_at is None:
+        attempt.running_at = now
+        attempt.save(update_fields=["running_at"])
+
+    current.save()
+    if changed:
+        warning = (status in WARNING_STATUSES or reason in WARNING_REASONS
+                   or phase in {Phase.FAILED, Phase.INADMISSIBLE, Phase.UNKNOWN})
+        event_record(
+            job=current,
+            attempt=attempt,
+            type=event_type or (EventType.WARNING if warning else EventType.NORMAL),
+            reason=event_reason or reason or status,
+            message=message,
+            publish=False,
+        )
+    transaction.on_commit(lambda: _on_commit_effects(current.pk, old_phase, phase), robust=True)
+    for f in Job._meta.concrete_fields:  # the caller's instance shows the new state too
+        setattr(job, f.attname, getattr(current, f.attname))
+    return current
+
+def terminated_status(phase: str, reason: str) -> str:
+    """The status a job shows once it has ended in ``phase`` for ``reason``."""
+    if phase == Phase.CANCELLED:
+        return {"StoppedByUser": "Stopped", "DeletedByUser": "Deleted"}.get(reason, "Cancelled")
+    return DEFAULT_STATUS[Phase(phase)]
+
+def job_terminate(*, job: Job, target: str, reason: str, message: str, now: datetime | None = None,
+                  **fields: Any) -> Job:
+    """Start stopping a job's processes/pods: the scheduler, woken after commit, asks its backend to stop them
+    with the job's grace period; the job ends in ``target`` once the backend reports them gone."""
+    return job_transition(job=job, phase=Phase.TERMINATING, reason=reason, message=message,
+                          termination_target=target, now=now, **fields)

@@ -1,0 +1,112 @@
+"""What waiting jobs show, written in bulk by each scheduling pass: their wait message, the reason and message of
+the jobs behind the head of their group's queue, and when they are expected to start. None of it is a status change
+(no event); each write is one statement however long the queue, and the changed jobs are published after commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Case, Q, TextField, Value, When
+from django.utils import timezone
+
+from ..choices import Phase
+from ..models import Job
+
+
+def job_queue_info_update(updates: dict[int, str]) -> None:
+    """Refresh the wait message of pending jobs whose phase and reason are unchanged ({job id: message}).
+
+    Not a status change (no event): one bulk write per scheduling pass, however long the queue. Queue positions
+    are not stored: they are derived where they are read (``selectors.queue_positions``).
+    """
+    _bulk_update([Job(pk=pk, message=message) for pk, message in updates.items()], ["message"])
+
+
+BLOCKED_REASON = "BlockedByQueueHead"
+
+
+def job_queue_behind_update(*, behind: dict[int, str], jobs: Iterable[int] = (), groups: Iterable[int] = ()) -> None:
+    """Pending jobs that wait behind the head of their group's queue: reason BlockedByQueueHead and the message of
+    their group in ``behind`` ({group id: message}, which names the head). For ``jobs`` (pending jobs the pass
+    decided so) and for every job already waiting behind a head in ``groups`` (whose head changed).
+
+    Not an event per job: a job behind the head was not looked at, only its head was. One UPDATE for all of them
+    (none where nothing changed), published after commit.
+    """
+    jobs, groups = list(jobs), [g for g in groups if g in behind]
+    if not jobs and not groups:
+        return
+    if connection.vendor == "postgresql":  # the groups' messages as a VALUES list: no CASE of a thousand arms
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} AS j SET reason = %s, message = v.message, updated_at = %s FROM (VALUES "
+                + ", ".join(["(%s::bigint, %s::text)"] * len(behind)) + ") AS v(group_id, message) "
+                "WHERE j.group_id = v.group_id AND j.phase = %s AND (j.id = ANY(%s) OR (j.group_id = ANY(%s) "
+                "AND j.reason = %s)) AND NOT (j.reason = %s AND j.message = v.message) RETURNING j.id",
+                [BLOCKED_REASON, timezone.now(), *(x for item in behind.items() for x in item), Phase.PENDING, jobs,
+                 groups, BLOCKED_REASON, BLOCKED_REASON])
+            changed = [row[0] for row in cursor.fetchall()]
+    else:
+        message = Case(*[When(group_id=g, then=Value(m)) for g, m in behind.items()], output_field=TextField())
+        rows = (Job.objects.filter(phase=Phase.PENDING)
+                .filter(Q(pk__in=jobs) | Q(group_id__in=groups, reason=BLOCKED_REASON))
+                .filter(group_id__in=list(behind))
+                .exclude(reason=BLOCKED_REASON, message=message))
+        changed = list(rows.values_list("pk", flat=True))
+        Job.objects.filter(pk__in=changed).update(reason=BLOCKED_REASON, message=message, updated_at=timezone.now())
+    if not changed:
+        return
+    from ..live_publisher import publish_job_changes
+
+    transaction.on_commit(lambda: publish_job_changes(changed), robust=True)
+
+
+def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None:
+    """Record when pending jobs are expected to start, and on what basis ("deadlines" or "history"; a None start:
+    not within the scheduler's horizon). The scheduling pass passes only the estimates that changed.
+
+    Not a status change (no event): one bulk write per scheduling pass, however long the queue. Written after the
+    pass has committed, so only jobs still pending (their rows locked for the write) take their estimate.
+    """
+    if not updates:
+        return
+    with transaction.atomic():
+        pending = Job.objects.select_for_update().filter(pk__in=list(updates), phase=Phase.PENDING)
+        _bulk_update([Job(pk=pk, estimated_start=updates[pk][0], estimate_basis=updates[pk][1])
+                      for pk in pending.values_list("pk", flat=True)], ["estimated_start", "estimate_basis"])
+
+
+def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
+    """Write ``fields`` of many jobs at once and publish them after commit (one query, one small message each)."""
+    if not jobs:
+        return
+    if connection.vendor == "postgresql":
+        _update_from_values(jobs, fields)
+    else:
+        Job.objects.bulk_update(jobs, fields, batch_size=1000)
+    from ..live_publisher import publish_job_changes
+
+    changed = [j.pk for j in jobs]
+    transaction.on_commit(lambda: publish_job_changes(changed), robust=True)
+
+
+def _update_from_values(jobs: list[Job], fields: list[str], batch: int = 5000) -> None:
+    """PostgreSQL: ``UPDATE … FROM (VALUES …)``, one statement per ``batch`` jobs (Django's ``bulk_update`` builds a
+    CASE per field and row, which takes seconds of Python for thousands of rows)."""
+    columns = [Job._meta.get_field(f) for f in fields]
+    row = "(%s::bigint, " + ", ".join(f"%s::{c.db_type(connection)}" for c in columns) + ")"
+    names = ", ".join(["id", *(c.column for c in columns)])
+    sets = ", ".join(f"{c.column} = v.{c.column}" for c in columns)
+    with connection.cursor() as cursor:
+        for start in range(0, len(jobs), batch):
+            chunk = jobs[start:start + batch]
+            params: list[Any] = []
+            for job in chunk:
+                params.append(job.pk)
+                params.extend(c.get_db_prep_save(getattr(job, c.attname), connection) for c in columns)
+            cursor.execute(f"UPDATE {Job._meta.db_table} AS j SET {sets} FROM (VALUES {', '.join([row] * len(chunk))}) "
+                           f"AS v({names}) WHERE j.id = v.id", params)
