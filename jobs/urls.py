@@ -1,18 +1,20 @@
+"""The server-rendered pages' URLs (namespace ``jobs``); the views are in ``jobs.views``."""
+
 from django.urls import path
 
 from . import views
 
 app_name = "jobs"
 urlpatterns = [
-    path("", views.job_list, name="list"),
-    path("jobs/new/", views.job_submit, name="submit"),
-    path("jobs/selected/", views.job_bulk, name="bulk"),
-    path("jobs/<int:pk>/", views.job_detail, name="detail"),
-    path("jobs/<int:pk>/cancel/", views.job_cancel, name="cancel"),
-    path("jobs/<int:pk>/stop/", views.job_stop, name="stop"),
-    path("jobs/<int:pk>/restart/", views.job_restart, name="restart"),
-    path("jobs/<int:pk>/attempts/<int:number>/replicas/<int:rank>/log", views.job_log, name="log"),
-    path("groups/<slug:name>/queue/", views.group_queue, name="queue"),
-    path("utilisation/", views.utilisation, name="utilisation"),
-    path("usage/", views.usage, name="usage"),
+    path("", views.job_list_page, name="list"),
+    path("jobs/new/", views.submit_page, name="submit"),
+    path("jobs/selected/", views.selected_jobs_action, name="bulk"),
+    path("jobs/<int:pk>/", views.job_detail_page, name="detail"),
+    path("jobs/<int:pk>/cancel/", views.cancel_action, name="cancel"),
+    path("jobs/<int:pk>/stop/", views.stop_action, name="stop"),
+    path("jobs/<int:pk>/restart/", views.restart_action, name="restart"),
+    path("jobs/<int:pk>/attempts/<int:number>/replicas/<int:rank>/log", views.replica_log_download, name="log"),
+    path("groups/<slug:name>/queue/", views.queue_page, name="queue"),
+    path("utilisation/", views.utilisation_page, name="utilisation"),
+    path("usage/", views.usage_page, name="usage"),
 ]

@@ -100,7 +100,7 @@ def approximately(n: int) -> str:
 
 
 @login_required
-def job_list(request: HttpRequest) -> HttpResponse:
+def job_list_page(request: HttpRequest) -> HttpResponse:
     group_rows = list(selectors.groups_of(request.user).order_by("name").values_list("pk", "name"))
     groups = [name for _, name in group_rows]
     filter_form = JobFilterForm(request.GET or None, groups=groups)
@@ -125,7 +125,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def job_submit(request: HttpRequest) -> HttpResponse:
+def submit_page(request: HttpRequest) -> HttpResponse:
     groups = list(selectors.groups_of(request.user).order_by("name"))
     if not groups:
         return render(request, "jobs/job_submit.html", {"no_groups": True})
@@ -253,7 +253,7 @@ def detail_context(user, job: Job, *, read_logs: bool = True) -> dict[str, Any]:
 
 
 @login_required
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def job_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     job = _visible_job(request, pk)
     live = request.GET.get("fragment") == "live"
     context = detail_context(request.user, job, read_logs=not live)
@@ -291,19 +291,19 @@ def _act(request: HttpRequest, pk: int, action: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+def cancel_action(request: HttpRequest, pk: int) -> HttpResponse:
     return _act(request, pk, "cancel")
 
 
 @login_required
 @require_POST
-def job_stop(request: HttpRequest, pk: int) -> HttpResponse:
+def stop_action(request: HttpRequest, pk: int) -> HttpResponse:
     return _act(request, pk, "stop")
 
 
 @login_required
 @require_POST
-def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
+def restart_action(request: HttpRequest, pk: int) -> HttpResponse:
     return _act(request, pk, "restart")
 
 
@@ -316,7 +316,7 @@ def _replica_log_path(request: HttpRequest, pk: int, number: int, rank: int) -> 
 
 
 @login_required
-def job_log(request: HttpRequest, pk: int, number: int, rank: int) -> StreamingHttpResponse:
+def replica_log_download(request: HttpRequest, pk: int, number: int, rank: int) -> StreamingHttpResponse:
     """The whole log of a replica as a download, streamed (never read into memory whole)."""
     job, path = _replica_log_path(request, pk, number, rank)
     content = logs.open_slice(path)
@@ -366,7 +366,7 @@ def user_usage_rows(rows: list[dict]) -> list[dict]:
 
 
 @login_required
-def group_queue(request: HttpRequest, name: str) -> HttpResponse:
+def queue_page(request: HttpRequest, name: str) -> HttpResponse:
     group = get_object_or_404(selectors.groups_of(request.user), name=name)
     page = Paginator(selectors.group_queue(group), PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
@@ -383,7 +383,7 @@ def group_queue(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @login_required
-def utilisation(request: HttpRequest) -> HttpResponse:
+def utilisation_page(request: HttpRequest) -> HttpResponse:
     # Other groups than the user's own show in aggregate only (no user or job names), here and in the live refresh.
     util = selectors.cluster_utilisation(request.user)
     nodes = [{"name": n.name, "gpu_total": n.gpu_total, "gpu_used": n.gpu_used, "gpu_free": n.gpu_free,
@@ -398,7 +398,7 @@ def utilisation(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def usage(request: HttpRequest) -> HttpResponse:
+def usage_page(request: HttpRequest) -> HttpResponse:
     days_arg = request.GET.get("days", "")
     days = min(max(int(days_arg), 1), USAGE_DAYS_MAX) if days_arg.isdigit() else USAGE_DAYS_DEFAULT
     by = "group" if request.GET.get("by") == "group" else "user"
@@ -433,7 +433,7 @@ BULK_MAX = 500
 
 @login_required
 @require_POST
-def job_bulk(request: HttpRequest) -> HttpResponse:
+def selected_jobs_action(request: HttpRequest) -> HttpResponse:
     """"Cancel selected" / "Stop selected" on the job list: each selected job on its own
     (``services.job_cancel_many``); the answer says how many were acted on and which were skipped and why. htmx
     gets the result block; without JavaScript, back to the list with the same as a message."""

@@ -4,7 +4,8 @@ Django's ASGI handler reads a whole request body (into a temporary file past 2.5
 can look at it, so a huge anonymous upload would be stored before its 401. This middleware answers 413 at once
 when Content-Length is over the limit, and stops reading a chunked body as soon as it passes the limit; either way
 the rest is never read and the connection is closed. Bodies within the limit (a few MiB at most) are read here and
-handed on unchanged. WebSockets and lifespan pass through untouched.
+handed on unchanged. WebSockets and lifespan pass through untouched. The API has a smaller limit of its own,
+JOBSITE_API_MAX_BODY_BYTES (``jobs.api.body_limit``), checked by each API view.
 """
 
 from __future__ import annotations

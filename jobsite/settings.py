@@ -301,13 +301,13 @@ JOBSITE_LOG_ROOT = Path(env.str("JOBSITE_LOG_ROOT", default=str(VAR_DIR / "logs"
 # --- end of the Kubernetes backend settings -----------------------------------------------------------------
 
 # --- live push (issue 4) ---------------------------------------------------------------------------------------
-# Job changes reach browsers as small per-job messages on Channels groups (jobs.realtime). The embedded default
+# Job changes reach browsers as small per-job messages on Channels groups (jobs.live_publisher). The embedded default
 # keeps them in this process; production (REDIS_URL) shares them between web processes, workers and the scheduler.
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             # Pub/sub: a change is one PUBLISH per audience, pushed to each web process's one subscriber (the
-            # process's jobs.realtime.Hub, which feeds its sockets from memory). No per-message round trips (the
+            # process's jobs.live_hub.Hub, which feeds its sockets from memory). No per-message round trips (the
             # list-based layer spent four per message received), and group memberships live in the processes:
             # a socket that goes, or a process that dies, leaves nothing behind in Redis. Live updates are
             # at-most-once by design: a page that reconnects is sent what changed (jobs.consumers).
@@ -399,11 +399,15 @@ JOBSITE_API_TOKEN_TTL_SECONDS = env.int("JOBSITE_API_TOKEN_TTL_SECONDS", default
 JOBSITE_LOGIN_MAX_FAILURES = env.int("JOBSITE_LOGIN_MAX_FAILURES", default=10)
 JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS = env.int("JOBSITE_LOGIN_FAILURE_WINDOW_SECONDS", default=300)
 # Request bodies larger than this are refused (413) at the ASGI edge before Django reads them (jobsite.limits): far
-# above any job submission (the API itself takes at most 1 MiB).
+# above any job submission (the API itself takes at most JOBSITE_API_MAX_BODY_BYTES).
 JOBSITE_MAX_BODY_BYTES = env.int("JOBSITE_MAX_BODY_BYTES", default=4 << 20)
 # Django reads bodies up to the same size (its default, 2.5 MB, would answer a bare 400 page): the edge refuses
 # anything larger, so an oversized form field reaches its form and is refused next to the field, the form kept.
 DATA_UPLOAD_MAX_MEMORY_SIZE = JOBSITE_MAX_BODY_BYTES
+# The API (/api/v1/) refuses (413) request bodies larger than this, from Content-Length, before parsing them
+# (jobs.api.body_limit); its schema states the same figure. Keep it at most JOBSITE_MAX_BODY_BYTES: the edge
+# refuses anything larger first.
+JOBSITE_API_MAX_BODY_BYTES = env.int("JOBSITE_API_MAX_BODY_BYTES", default=1 << 20)
 # Every response's Content-Security-Policy (jobsite.security); empty: none. Scripts, styles, fonts and images come
 # from this site only, WebSockets and fetches go to it only, and no other site may frame the pages.
 JOBSITE_CSP = env.str("JOBSITE_CSP", default=(

@@ -11,7 +11,8 @@ from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
-from .serializers import VOCABULARY_FIELDS
+from .body_limit import max_body_text
+from .serializers.jobs import VOCABULARY_FIELDS
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -32,7 +33,7 @@ ERRORS = {
     "404": "No such object, or it belongs to a group you are not in.",
     "406": "The Accept header asks for a format this operation cannot give.",
     "409": "The job changed while the request ran; reload it and try again.",
-    "413": "The request body is larger than 1 MiB.",
+    "413": "The request body is larger than {max_body}.",
     "415": "Unsupported Content-Type (use application/json, or application/yaml for job specs).",
 }
 READ_ERRORS = ("400", "401", "404", "406")
@@ -45,8 +46,9 @@ class AutoSchema(SpectacularAutoSchema):
         codes = READ_ERRORS if self.method in ("GET", "HEAD", "OPTIONS") else WRITE_ERRORS
         for code in codes:
             if code not in responses:
+                description = ERRORS[code].format(max_body=max_body_text())
                 responses[code] = self._get_response_for_code(
-                    OpenApiResponse(ErrorSerializer, description=ERRORS[code]), code, direction=direction
+                    OpenApiResponse(ErrorSerializer, description=description), code, direction=direction
                 )
         return responses
 
@@ -54,7 +56,7 @@ class AutoSchema(SpectacularAutoSchema):
 class StrictSerializerExtension(OpenApiSerializerExtension):
     """Request bodies that name unknown fields as errors say so: ``additionalProperties: false``."""
 
-    target_class = "jobs.api.serializers.StrictSerializer"
+    target_class = "jobs.api.serializers.fields.StrictSerializer"
     match_subclasses = True
 
     def map_serializer(self, auto_schema, direction):

@@ -27,7 +27,7 @@ from jobs import services
 from jobs.models import Attempt, Job
 
 from .exceptions import validation_error_from_django
-from .serializers import JobSubmitSerializer
+from .serializers.job_writes import JobSubmitSerializer
 
 IDEMPOTENCY_KEY_MAX = 255
 IDEMPOTENCY_KEY_PARAM = OpenApiParameter(

@@ -1,7 +1,14 @@
+"""The API's URLs under /api/v1/: auth, jobs and groups (routers), cluster figures, vocabularies, a 404 for the rest."""
+
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import GroupViewSet, JobViewSet, NotFoundApi, TokenApi, UsageApi, UtilisationApi, VocabulariesApi
+from .views.cluster import UsageApi, UtilisationApi
+from .views.groups import GroupViewSet
+from .views.jobs import JobViewSet
+from .views.not_found import NotFoundApi
+from .views.tokens import TokenApi
+from .views.vocabularies import VocabulariesApi
 
 app_name = "api"
 

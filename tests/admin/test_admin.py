@@ -184,7 +184,7 @@ def test_group_change_saves_quotas_and_allowed_lists(admin_client, world, django
 @pytest.mark.django_db
 def test_stop_and_resume_queue_actions(admin_client, world, django_capture_on_commit_callbacks, monkeypatch):
     calls = []
-    monkeypatch.setattr("jobs.admin.request_pass", lambda: calls.append(1))
+    monkeypatch.setattr("jobs.admin.scheduling_pass.request_pass", lambda: calls.append(1))
     groups = [world.groups["phusers"], world.groups["research"]]
     url = reverse("admin:jobs_group_changelist")
     with django_capture_on_commit_callbacks(execute=True):

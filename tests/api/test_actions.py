@@ -5,7 +5,7 @@ import pytest
 from jobs import services
 from jobs.choices import Phase, Priority
 from jobs.models import Attempt, InstanceType, Job, JobEvent
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.passes import schedule_pass
 
 from .conftest import JOBS_URL, assert_error_shape, job_url

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import passes
+from scheduler import pass_estimates
 from scheduler.estimate import step_time
 from scheduler.passes import schedule_pass
 
@@ -16,9 +16,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _fresh_history():
-    passes.duration_history_clear()
+    pass_estimates.estimate_memory_reset()
     yield
-    passes.duration_history_clear()
+    pass_estimates.estimate_memory_reset()
 
 
 def test_a_pending_job_shows_its_estimated_start_and_basis(world, submit, client_for):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.passes import schedule_pass
 
 from .conftest import assert_error_shape, job_url

@@ -5,10 +5,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-import jobs.realtime
+import jobs.live_publisher
 from jobs import services
 from jobs.choices import Phase
 from jobs.models import Job
+from jobs.services import submission
 from scheduler.leader import dedicated_connection
 
 from .conftest import JOBS_URL, job_url
@@ -49,7 +50,7 @@ class Killer:
 @pytest.fixture
 def killer(monkeypatch):
     kill = Killer()
-    monkeypatch.setattr(jobs.realtime, "publish_job_changes", kill)
+    monkeypatch.setattr(jobs.live_publisher, "publish_job_changes", kill)
     yield kill
     kill.fresh_connection()
 
@@ -127,8 +128,8 @@ def test_an_after_commit_effect_that_fails_never_fails_the_saved_write(world, cl
     def broken(*args, **kwargs):
         raise RuntimeError("the channel layer fell over")
 
-    monkeypatch.setattr(jobs.realtime, "publish_job_changes", broken)
-    monkeypatch.setattr(services, "request_pass", broken)
+    monkeypatch.setattr(jobs.live_publisher, "publish_job_changes", broken)
+    monkeypatch.setattr(submission, "request_pass", broken)
     response = client_for("bob").post(JOBS_URL, GOOD, format="json")
     assert response.status_code == 201, response.content[:500]
     assert Job.objects.get().pk == response.json()["id"]
