@@ -12,11 +12,6 @@ from typing import Any
 import yaml
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# The UI's (Run:ai's) colours by name, for statuses that come without their hex colour.
-COLORS = {
-    "green": "#599b3e", "orange": "#fd8608", "blue": "#0000ff", "grey": "#afafaf", "red": "#fb0007",
-    "lightgrey": "#d0d0d0",
-}
 
 
 def color_enabled(mode: str, stream=None) -> bool:

@@ -21,7 +21,7 @@
     }
   });
 
-  // --- durations (as jobs/templatetags/jobsite.py::_human_seconds) ----------------------------------------
+  // --- durations (as jobs/rules.py::fmt_duration, which the templates' |seconds filter uses) --------------
 
   function time(iso) {
     var t = iso ? Date.parse(iso) : NaN;

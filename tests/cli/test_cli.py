@@ -18,6 +18,7 @@ from jobs.logs import log_path
 from jobs.models import Attempt, Job
 from scheduler.passes import schedule_pass
 from scheduler.sync import housekeeping, sync_jobs
+from tests.waiting import wait_for
 
 from .conftest import free_port
 
@@ -245,11 +246,13 @@ def fail_attempt(job: Job, rank: int, exit_code: int, phase: str = Phase.FAILED)
 
 
 def wait_for_text(path, text: str, process, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while text not in path.read_text():
+    def came() -> bool:
+        if text in path.read_text():
+            return True
         assert process.poll() is None, f"jobctl ended early: {path.read_text()}"
-        assert time.monotonic() < deadline, f"{text!r} never came: {path.read_text()}"
-        time.sleep(0.05)
+        return False
+
+    wait_for(came, timeout=seconds, message=lambda: f"{text!r}: {path.read_text()}")
 
 
 @pytest.fixture
@@ -408,9 +411,9 @@ def test_get_and_queue_show_the_estimated_start(bob, submit):
     from django.utils import timezone
 
     from scheduler.estimate import step_time
-    from scheduler.passes import duration_history_clear
+    from scheduler.pass_estimates import estimate_memory_reset
 
-    duration_history_clear()
+    estimate_memory_reset()
     t0 = timezone.now()
     submit("bob", "gpu-4", name="holder", active_deadline_seconds=20 * 86400)
     schedule_pass(now=t0)

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from jobs.choices import Role
 from jobs.models import Attempt, Job, Membership
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from django.db import connections
 from jobs import services
 from jobs.choices import Phase
 from jobs.models import Job
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from tests.live.test_live_browser import asgi_server, browser  # noqa: F401 (fixtures)
 from tests.ui.test_logs import open_detail
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from jobs import services
 from jobs.choices import Phase
 from jobs.models import Job
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from tests.browser import ARTIFACTS
 from tests.ui import test_layout as layout
 
