@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.k8s.emulator import EmulatorServer, kubeconfig  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 NAMESPACE = "bench"
 TMP = Path(tempfile.mkdtemp(prefix="jobsite-bench-cp-"))
@@ -50,7 +51,7 @@ from kubernetes import client  # noqa: E402
 from jobs import services  # noqa: E402
 from jobs.choices import Resource, Role  # noqa: E402
 from jobs.models import Group, GroupQuota, Image, InstanceType, Job, Membership  # noqa: E402
-from scheduler.backends import get_backend  # noqa: E402
+from scheduler.backend_factory import get_backend  # noqa: E402
 from scheduler.passes import schedule_pass  # noqa: E402
 from scheduler.sync import sync_jobs  # noqa: E402
 
@@ -135,13 +136,12 @@ def measure(label: str, backend, core, emu, log_kb: int, repeat: int) -> dict:
 
 def wait_for_cache(backend, core) -> None:
     names = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def caught_up() -> bool:
         cached = {p["metadata"]["name"]: p for p in backend.pods_informer.items()}
-        if all(n in cached and (cached[n].get("status") or {}).get("phase") == "Running" for n in names):
-            return
-        time.sleep(0.1)
-    raise SystemExit("the watch did not catch up")
+        return all(n in cached and (cached[n].get("status") or {}).get("phase") == "Running" for n in names)
+
+    wait_for(caught_up, timeout=120, interval=0.1, message="the watch to catch up")
 
 
 def main() -> None:

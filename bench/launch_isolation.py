@@ -33,6 +33,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from scheduler.backend_factory import local_backend  # noqa: E402
 from scheduler.backends import netns  # noqa: E402
 from scheduler.backends.local import LocalBackend  # noqa: E402
 from scheduler.values import LaunchReplica, LaunchSpec  # noqa: E402
@@ -49,7 +50,7 @@ def quantiles(values: list[float]) -> str:
 def run(label: str, attempts: int, root: Path, **overrides) -> None:
     for name, value in overrides.items():
         setattr(settings, name, value)
-    backend = LocalBackend(root=root / label.replace(" ", "-"), gpus=8)
+    backend = local_backend(root=root / label.replace(" ", "-"), gpus=8)
     launch, total, cpu = [], [], []
     for job_id in range(1, attempts + 1):
         spec = LaunchSpec(job_id=job_id, attempt_id=job_id, attempt_number=1, command="true", image="",

@@ -26,6 +26,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
@@ -33,6 +34,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.waiting import wait_for  # noqa: E402
+
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PASSWORD = "bench-pass"
@@ -134,16 +138,6 @@ def stop_server(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def wait_for(condition, what: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
@@ -175,7 +169,8 @@ def main() -> None:
                                                      "instance_type": "cpu-tiny", "command": command,
                                                      "name": "log-rate"})[0]
             job_id = job["id"]
-            wait_for(lambda: api(base, f"/api/v1/jobs/{job_id}/", token)[0]["phase"] == "RUNNING", "the job to run")
+            wait_for(lambda: api(base, f"/api/v1/jobs/{job_id}/", token)[0]["phase"] == "RUNNING", timeout=120,
+                     interval=0.2, message="the job to run")
 
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)

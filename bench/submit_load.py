@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,14 +33,11 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from chaos_topology import free_port, request  # noqa: E402  (the HTTP call the chaos run makes too)
+
 PG = "postgres://postgres@127.0.0.1:5432"
 USERS = ["bob", "pan", "lin"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_prod(db: str, password: str, pool_max: str | None) -> tuple[subprocess.Popen, str, Path]:
@@ -90,21 +86,6 @@ def pg_connections_of(pid: int) -> int:
     return sum(1 for line in out.splitlines() if f"pid={pid}," in line)
 
 
-def request(base: str, method: str, path: str, body=None, token=None, key=None, timeout=60.0):
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Token {token}"
-    if key:
-        headers["Idempotency-Key"] = key
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
@@ -132,8 +113,8 @@ def main() -> None:
         print(f"make prod on {base} (log: {log})", flush=True)
     try:
         web_pid = listening_pid(urllib.parse.urlsplit(base).port or 80)
-        tokens = [json.loads(request(base, "POST", "/api/v1/auth/token/",
-                                     {"username": u, "password": args.password})[1])["token"] for u in USERS]
+        tokens = [json.loads(request(base, "POST", "/api/v1/auth/token/", {"username": u, "password": args.password},
+                                     timeout=60.0)[1])["token"] for u in USERS]
         peak_web = peak_db = 0
         stop = threading.Event()
 
@@ -162,7 +143,8 @@ def main() -> None:
                         "command": "true", "name": f"load-{i}-{n}"}
                 t0 = time.monotonic()
                 try:
-                    code, raw = request(base, "POST", "/api/v1/jobs/", body, token=token, key=str(uuid.uuid4()))
+                    code, raw = request(base, "POST", "/api/v1/jobs/", body, token=token, key=str(uuid.uuid4()),
+                                        timeout=60.0)
                     label = str(code)
                 except (urllib.error.URLError, OSError) as exc:
                     label, raw = type(exc).__name__, str(exc).encode()

@@ -33,6 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.waiting import wait_for  # noqa: E402
+
 PY = str(ROOT / ".venv" / "bin" / "python")
 GOAL = 2.0
 PASSWORD = "bench-pass"
@@ -49,15 +52,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    sys.exit(f"timed out waiting for {what}")
 
 
 # --- jobsite -------------------------------------------------------------------------------------------------
@@ -91,7 +85,7 @@ class Jobsite:
                 return c.getresponse().status == 200
             except OSError:
                 return False
-        wait_until(answers, 300, "jobsite to serve")
+        wait_for(answers, timeout=300, message="jobsite to serve")
         self.token = self.call("POST", "/api/v1/auth/token/", {"username": "lin", "password": PASSWORD})["token"]
 
     def call(self, method: str, path: str, body=None) -> dict:
@@ -127,7 +121,7 @@ class Jobsite:
             if n == 0:
                 self.first_job = job["id"]
         self.submitted = time.monotonic() - t0
-        wait_until(lambda: self.in_flight() == 0, 1800, "jobsite's jobs to end")
+        wait_for(lambda: self.in_flight() == 0, timeout=1800, message="jobsite's jobs to end")
         self.wall = time.monotonic() - t0
         return jobs / self.wall
 
@@ -233,7 +227,7 @@ class Slurm:
         def idle() -> bool:
             out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=self.env, capture_output=True, text=True)
             return out.stdout.strip() == "idle"
-        wait_until(idle, 120, "the Slurm node to be idle")
+        wait_for(idle, timeout=120, message="the Slurm node to be idle")
 
     def run(self, jobs: int) -> float:
         t0 = time.monotonic()
@@ -244,7 +238,7 @@ class Slurm:
         def drained() -> bool:
             out = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True)
             return out.returncode == 0 and not out.stdout.strip()
-        wait_until(drained, 1800, "Slurm's jobs to end")
+        wait_for(drained, timeout=1800, message="Slurm's jobs to end")
         return jobs / (time.monotonic() - t0)
 
     def stop(self) -> None:

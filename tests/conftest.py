@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import _posixsubprocess
 import itertools
 import os
+import socket
+import subprocess
 from datetime import timedelta
 
 import pytest
@@ -26,6 +29,57 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
         test["NAME"] = f"test_jobsite_{os.getpid()}"
 
 
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Notes on the test whether its setup or call failed, for the fixtures' teardown to read."""
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+class ProcessStarted(AssertionError):
+    """A test of the fast lane started a process or a server."""
+
+
+# Every way a process gets started (subprocess, asyncio's subprocesses, multiprocessing, os) and a server listens.
+_PROCESS_STARTERS = [
+    (subprocess.Popen, "_execute_child"),
+    (_posixsubprocess, "fork_exec"),
+    *((os, name) for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")),
+    (socket.socket, "listen"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fast_starts_no_process(request, monkeypatch):
+    """The fast lane (`-m "fast and not slow"`) holds no test that starts a process or a server: a test marked
+    `fast` (and not `slow`) that starts one fails, so a module marked fast by mistake is caught, not run slowly."""
+    if request.node.get_closest_marker("fast") is None or request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    started: list[str] = []
+
+    def refuse(owner, name):
+        def starter(*args, **kwargs):
+            started.append(f"{getattr(owner, '__name__', owner)}.{name}")
+            raise ProcessStarted(f"a fast test started a process or a server ({started[-1]}): mark the test "
+                                 f"slow, or the module not fast")
+
+        return starter
+
+    for owner, name in _PROCESS_STARTERS:
+        if hasattr(owner, name):
+            monkeypatch.setattr(owner, name, refuse(owner, name))
+    yield
+    if started and not request.node.stash.get(_FAILED, False):  # a thread or an `except` swallowed the error above
+        pytest.fail(f"a fast test started a process or a server ({', '.join(started)}): mark the test slow, or "
+                    f"the module not fast", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _no_dead_connection():
     """Each test starts on a live database connection: one that an earlier test had PostgreSQL end (the recovery
@@ -44,7 +98,7 @@ def _jobsite_settings(settings, tmp_path):
     settings.JOBSITE_LOCAL_ROOT = tmp_path / "local"
     settings.JOBSITE_LOCAL_USE_NVIDIA_SMI = False
     settings.JOBSITE_LOCAL_GPUS = 8
-    from scheduler.backends import get_backend
+    from scheduler.backend_factory import get_backend
 
     get_backend.cache_clear()
     yield

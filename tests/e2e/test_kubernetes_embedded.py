@@ -5,7 +5,6 @@ The test plays the kubelet by patching pod status through the API, as in tests/k
 """
 
 import os
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +12,7 @@ from kubernetes import client
 
 from tests.browser import chromium
 from tests.k8s.emulator import EmulatorServer, kubeconfig
+from tests.waiting import wait_for
 
 from .api import call
 from .servers import make_server
@@ -37,13 +37,8 @@ def cluster(tmp_path):
 
 
 def wait(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    """tests/waiting.py's wait_for, polling every 0.2 s, in the call form these tests use."""
+    return wait_for(predicate, timeout=timeout, interval=0.2, message=what)
 
 
 def pod_names(core):

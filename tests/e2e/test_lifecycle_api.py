@@ -1,8 +1,8 @@
 """The lifecycle rules through the API of the embedded default (`make run`), with real processes and clocks."""
 
-import time
-
 import pytest
+
+from tests.waiting import wait_for
 
 from .api import call
 
@@ -27,13 +27,15 @@ def api(embedded_server):
             return call(base, "POST", f"/api/v1/jobs/{job['id']}/{action}/", {}, token=tokens[user])
 
         def wait(self, user, job, phases, timeout=60, check=None):
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                job = self.get(user, job)
-                if job["phase"] in phases and (check is None or check(job)):
-                    return job
-                time.sleep(0.3)
-            raise AssertionError(f"job {job['id']} stayed {job['phase']} ({job['status']}: {job['message']})")
+            seen = [job]
+
+            def reached():
+                seen.append(self.get(user, seen[-1]))
+                return seen[-1]["phase"] in phases and (check is None or check(seen[-1])) and seen[-1]
+
+            return wait_for(reached, timeout=timeout, interval=0.3, message=lambda: (
+                f"one of {sorted(phases)}: job {seen[-1]['id']} stayed {seen[-1]['phase']} ({seen[-1]['status']}: "
+                f"{seen[-1]['message']})"))
 
     return Api()
 

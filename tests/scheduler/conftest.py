@@ -1,12 +1,11 @@
 """Fixtures of the scheduler's end-to-end tests: one scheduler round at a chosen time, services as a request calls
 them (after-commit effects run)."""
 
-import time
-
 import pytest
 
 from scheduler.passes import schedule_pass
 from scheduler.sync import housekeeping, sync_jobs
+from tests import waiting
 
 
 @pytest.fixture
@@ -35,11 +34,12 @@ def act(django_capture_on_commit_callbacks):
 
 def wait_for(job, phases, tick, timeout=30.0, **kw):
     """Run scheduler rounds (``tick``, with ``kw``) until ``job`` is in one of ``phases``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def reached():
         tick(**kw)
         job.refresh_from_db()
-        if job.phase in phases:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job stayed {job.phase} ({job.status}: {job.message}) for {timeout} s")
+        return job.phase in phases
+
+    waiting.wait_for(reached, timeout=timeout, message=lambda: f"one of {sorted(phases)}: job stayed {job.phase} "
+                                                                f"({job.status}: {job.message})")
+    return job

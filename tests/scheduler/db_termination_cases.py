@@ -14,8 +14,9 @@ import scheduler.loop as loop_module
 from jobs.choices import Phase
 from scheduler.leader import dedicated_connection
 from scheduler.loop import SchedulerLoop
+from tests import waiting
 
-from .test_loop import Switch, wait_until
+from .test_loop import Switch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,8 +49,9 @@ def _end_every_connection() -> int:
         ended = [pid for pid, ok in admin.execute(
             "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall() if ok]
-        assert wait_until(lambda: admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [ended]).fetchone()[0] == 0)
+        waiting.wait_for(lambda: admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [ended]).fetchone()[0] == 0, timeout=20,
+            message="the ended connections to be gone")
     connection.close()
     return len(ended)
 
@@ -64,10 +66,10 @@ def test_rounds_after_the_database_ended_every_connection_succeed(submit, settin
     try:
         for _ in range(4):
             job = submit("bob", command="true")
-            assert wait_until(lambda job=job: _phase(job) == Phase.SUCCEEDED, timeout=60)
+            waiting.wait_for(lambda job=job: _phase(job) == Phase.SUCCEEDED, timeout=60, message="the job to succeed")
             assert _end_every_connection() >= 1
         last = submit("bob", command="true")
-        assert wait_until(lambda: _phase(last) == Phase.SUCCEEDED, timeout=60)
+        waiting.wait_for(lambda: _phase(last) == Phase.SUCCEEDED, timeout=60, message="the last job to succeed")
     finally:
         loop.stop()
         loop.join(10)
@@ -100,7 +102,8 @@ def test_a_round_that_lost_its_connection_runs_again_at_once(submit, settings, m
     loop = SchedulerLoop(elector=Switch(leading=True))
     loop.start()
     try:
-        assert wait_until(lambda: job.refresh_from_db() or job.phase != Phase.SUBMITTED, timeout=60)
+        waiting.wait_for(lambda: job.refresh_from_db() or job.phase != Phase.SUBMITTED, timeout=60,
+                         message="the job admitted")
     finally:
         loop.stop()
         loop.join(10)

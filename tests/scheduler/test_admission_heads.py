@@ -10,7 +10,7 @@ from jobs.choices import Phase
 from jobs.models import Job, JobEvent
 from scheduler.passes import schedule_pass
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
 
 
 def queue(submit, n):

@@ -20,10 +20,10 @@ import pytest
 from jobs import services
 from jobs.choices import Phase
 from jobs.models import Job
+from scheduler import backend_factory
 from scheduler.actuator import get_actuator
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.backends import local as local_backend
-from scheduler.backends.local import LocalBackend
 from scheduler.launch import launch_spec
 from scheduler.passes import schedule_pass
 from scheduler.reconcile import (
@@ -41,6 +41,8 @@ from scheduler.reconcile import (
 from scheduler.values import ReplicaObservation, ReplicaState
 
 from .conftest import wait_for
+
+pytestmark = pytest.mark.fast
 
 S = ReplicaState
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -213,6 +215,7 @@ def admitted_unlaunched(submit, **spec):
     return job
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_killed_after_admission_the_next_sync_launches_it(submit, clock):
     job = admitted_unlaunched(submit, command="echo hi")
@@ -221,6 +224,7 @@ def test_killed_after_admission_the_next_sync_launches_it(submit, clock):
     assert trail[0] == "Submitted" and ran(trail[trail.index("Admitted"):]) == ["Admitted", "Started", "Completed"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_killed_after_the_launch_claim_the_attempt_is_relaunched_as_a_new_one(submit, clock, settings):
     """Nothing of it was ever launched, which the backend can tell (no launch under way here, none on disk): requeued
@@ -235,9 +239,11 @@ def test_killed_after_the_launch_claim_the_attempt_is_relaunched_as_a_new_one(su
     assert reasons(job, 1)[-2:] == ["Requeued", "Terminated"]
     assert "nothing of it started" in job.events.get(reason="Requeued").message
     assert ran(reasons(job, 2)) == ["Admitted", "Started", "Completed"]
-    assert not LocalBackend().log_path(job_id=job.pk, attempt_number=1, rank=0).exists()  # attempt 1 never ran
+    # attempt 1 never ran
+    assert not backend_factory.local_backend().log_path(job_id=job.pk, attempt_number=1, rank=0).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_an_attempt_that_never_ran_has_no_started_event(submit, clock, settings, monkeypatch, tmp_path):
     """Its supervisor could not start (here: no supervisor script): launched, lost, never "Started" (issue 21)."""
@@ -251,6 +257,7 @@ def test_an_attempt_that_never_ran_has_no_started_event(submit, clock, settings,
     assert "Started" not in reasons(job) and "NodeUnresponsive" not in reasons(job)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize("command, phase", [("sleep 600", Phase.RUNNING), ("echo done", Phase.SUCCEEDED),
                                             ("exit 3", Phase.FAILED)])
@@ -268,6 +275,7 @@ def test_killed_after_the_process_started_the_trail_still_has_started(submit, cl
         wait_for(job, {Phase.CANCELLED}, clock)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_stop_the_dead_leader_sent_is_finished_by_the_next_one(submit, clock, settings, tmp_path):
     settings.JOBSITE_LOCAL_SANDBOX = "off"  # unsandboxed: the job writes its pid into the test's directory

@@ -164,6 +164,8 @@ def test_fmt_amount(resource, amount, text):
 
 from scheduler.core import ReplicaPlacement, RunningJob  # noqa: E402
 
+pytestmark = pytest.mark.fast
+
 
 def running(id, gpu, group=PH, priority=0, preemptible=True, age=0, over_quota=False, terminating=False, ids=()):
     return RunningJob(id=id, name=f"r{id}", group_id=group, priority=priority, preemptible=preemptible, replicas=1,

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from jobs.choices import Phase
 from jobs.models import Image
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.backends.environments import BadEnvironment, kind_of, parse_pyvenv, read_environment
 from scheduler.backends.sandbox import sandbox_argv, sandbox_env
 

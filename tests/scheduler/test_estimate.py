@@ -22,6 +22,8 @@ from scheduler.estimate import (
 )
 from scheduler.values import Node
 
+pytestmark = pytest.mark.fast
+
 NOW = datetime(2026, 1, 1, 12, 0)
 BOB, PAN, LIN = 1, 2, 3
 PH, RS = 10, 20

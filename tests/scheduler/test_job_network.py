@@ -19,15 +19,17 @@ import pytest
 
 from jobs.choices import Phase
 from jobs.models import InstanceType
-from scheduler.backends import get_backend, netns
+from scheduler.backend_factory import get_backend
+from scheduler.backends import netns
 from scheduler.backends.local_runner import processes
 from scheduler.backends.netns import NetFacts, blocked_routes, enter_argv, holder_argv, slirp_argv
 from scheduler.backends.sandbox import gpu_devices, sandbox_argv
+from tests import waiting
 
 from .conftest import wait_for
-from .test_sandbox import eventually, facts, log_of, needs_bwrap
+from .test_sandbox import facts, log_of, needs_bwrap
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -228,7 +230,7 @@ def other_host(tmp_path):
             "import socket, sys; s = socket.create_server(('0.0.0.0', 8443)); open(sys.argv[1], 'w').close()\n"
             "while True:\n    c, _ = s.accept(); c.sendall(b'hello from the other host\\n'); c.close()"),
             str(ready)])
-        assert eventually(ready.exists), "the other host's server did not start"
+        waiting.wait_for(ready.exists, message="the other host's server to start")
         yield f"{subnet}.2", 8443, f"{subnet}.1"
     finally:
         if server is not None:
@@ -282,13 +284,13 @@ def test_ranks_meet_on_their_loopback_and_the_namespace_ends_with_the_attempt(su
         rank0, rank1 = log_of(job, rank=0).splitlines(), log_of(job, rank=1).splitlines()
         assert rank0[0] == rank1[0] and rank0[0].startswith("net:[") and rank0[1] == "hello rank 0"
         assert rank0[0] != os.readlink("/proc/self/ns/net")
-        assert eventually(lambda: log_of(other).strip() != "")
+        waiting.wait_for(lambda: log_of(other).strip() != "", message="the other job's log")
         assert log_of(other).splitlines()[0] not in (rank0[0], os.readlink("/proc/self/ns/net"))
-        assert eventually(lambda: namespace_processes(backend, job) == []), "the namespace outlived the attempt"
+        waiting.wait_for(lambda: namespace_processes(backend, job) == [], message="the namespace gone with the attempt")
         assert namespace_processes(backend, other)  # still running: still there
     finally:
         backend.stop(job_id=other.pk, attempt_number=1, replicas=1, force=True)
-    assert eventually(lambda: namespace_processes(backend, other) == [])
+    waiting.wait_for(lambda: namespace_processes(backend, other) == [], message="the other namespace to end")
 
 
 @needs_bwrap

@@ -11,18 +11,15 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from jobs.choices import Phase
-from scheduler.backends import get_backend
-from scheduler.backends.base import (
-    LaunchReplica,
-    LaunchSpec,
-    ReplicaState,
-    distributed_env,
-    hostfile_text,
-    replica_launch_env,
-)
+from scheduler.backend_factory import get_backend
+from scheduler.backends.base import distributed_env, hostfile_text, replica_launch_env
 from scheduler.launch import replica_env
 from scheduler.passes import schedule_pass
 from scheduler.sync import sync_jobs
+from scheduler.values import LaunchReplica, LaunchSpec, ReplicaState
+from tests import waiting
+
+pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[2]
 RENDEZVOUS = {"master_addr": "10.0.0.1", "master_port": 29400, "hostfile": "/etc/hosts.mpi"}
@@ -98,13 +95,14 @@ PRINT_ENV = 'env; echo "hostfile<<"; cat "$JOB_HOSTFILE"'
 
 
 def wait_until_exited(backend, *, job_id: int, attempt_number: int, replicas: int, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seen = backend.observe(job_id=job_id, attempt_number=attempt_number, replicas=replicas)
-        if all(s.state == ReplicaState.EXITED for s in seen):
-            return seen
-        time.sleep(0.05)
-    raise AssertionError(f"replicas still running after {timeout} s: {seen}")
+    seen = []
+
+    def exited():
+        seen[:] = backend.observe(job_id=job_id, attempt_number=attempt_number, replicas=replicas)
+        return all(s.state == ReplicaState.EXITED for s in seen)
+
+    waiting.wait_for(exited, timeout=timeout, message=lambda: f"the replicas to exit: {seen}")
+    return seen
 
 
 def env_and_hostfile(log: str) -> tuple[dict[str, str], str]:
@@ -112,6 +110,7 @@ def env_and_hostfile(log: str) -> tuple[dict[str, str], str]:
     return dict(ENV_LINE.findall(env_part)), hostfile
 
 
+@pytest.mark.slow
 def test_local_launch_gives_both_replicas_one_port_and_one_hostfile():
     backend = get_backend("local")
     spec = spec_of(2, gpus=2, command=PRINT_ENV, MASTER_ADDR="elsewhere")
@@ -146,6 +145,7 @@ def test_local_launch_gives_both_replicas_one_port_and_one_hostfile():
     assert hostfile_path.read_text() == "127.0.0.1 slots=2\n127.0.0.1 slots=2\n"  # the first one is untouched
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_submitted_two_replica_job_sees_the_variables(submit, django_capture_on_commit_callbacks):
     job = submit("bob", "gpu-1", replicas=2,

@@ -13,7 +13,7 @@ import pytest
 
 from jobs import services
 from jobs.choices import Phase
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.backends import local as local_backend
 from scheduler.backends.local import ExitEvents
 from scheduler.backends.local_runner import notify
@@ -21,6 +21,7 @@ from scheduler.launch import attempt_launch, launch_spec
 from scheduler.loop import SchedulerLoop
 from scheduler.passes import schedule_pass
 from scheduler.values import ReplicaState
+from tests import waiting
 
 from .conftest import wait_for
 
@@ -45,15 +46,6 @@ class Leading:
 
     def release(self) -> None:
         pass
-
-
-def wait_until(predicate, timeout: float = DEADLINE) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def state_dir(job, attempt: int = 1, rank: int = 0) -> Path:
@@ -175,19 +167,21 @@ def test_an_exit_is_noticed_long_before_the_sync_interval(submit, settings):
     sock = get_backend().events_path
     loop.start()
     try:
-        assert wait_until(lambda: elector.rounds >= 3)
+        waiting.wait_for(lambda: elector.rounds >= 3, timeout=DEADLINE, message="three rounds of the standby")
         assert not sock.exists()  # a standby binds nothing: no report goes to a scheduler that would not act on it
         elector.leading.set()
-        assert wait_until(sock.exists)
+        waiting.wait_for(sock.exists, timeout=DEADLINE, message="the leader's event socket")
         job = submit("bob", "gpu-1", command="true")  # the submit wakes admission, which launches it
         began = time.monotonic()
-        assert wait_until(lambda: job.refresh_from_db() or job.phase == Phase.SUCCEEDED), job.status
+        waiting.wait_for(lambda: job.refresh_from_db() or job.phase == Phase.SUCCEEDED, timeout=DEADLINE,
+                         message=lambda: f"SUCCEEDED, not {job.status}")
         assert time.monotonic() - began < DEADLINE < settings.JOBSITE_SCHEDULER_INTERVAL
         second = submit("pan", "gpu-1", command="exit 4", backoff_limit=0)
-        assert wait_until(lambda: second.refresh_from_db() or second.phase == Phase.FAILED), second.status
+        waiting.wait_for(lambda: second.refresh_from_db() or second.phase == Phase.FAILED, timeout=DEADLINE,
+                         message=lambda: f"FAILED, not {second.status}")
         assert second.exit_code == 4
         elector.leading.clear()  # a standby again: it leaves the socket
-        assert wait_until(lambda: not sock.exists())
+        waiting.wait_for(lambda: not sock.exists(), timeout=DEADLINE, message="the standby to leave the socket")
     finally:
         loop.stop()
         loop.join(DEADLINE)

@@ -9,6 +9,8 @@ from django.db import connection
 
 from scheduler.leader import AdvisoryLockElector
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.django_db(transaction=True)
 def test_advisory_lock_one_holder_until_its_connection_goes():

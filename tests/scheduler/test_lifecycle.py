@@ -11,11 +11,13 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import Phase
+from jobs.logs import replica_log_path
 from jobs.selectors import queue_positions
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.backends.local import LocalBackend
 from scheduler.passes import schedule_pass
 from scheduler.values import ReplicaState
+from tests import waiting
 
 from .conftest import wait_for
 
@@ -34,19 +36,18 @@ def stuck_creating(backend, job) -> None:
     """Wait until every replica of the current attempt shows the never-ending ContainerCreating (its command runs
     under its supervisor). Only then may the clock jump past the start timeout: a launch of which nothing has
     started by then is, rightly, taken for a launcher that died."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def creating():
         job.refresh_from_db()
         seen = backend.observe(job_id=job.pk, attempt_number=job.current_attempt.number, replicas=job.replicas)
-        if all(o.status == "ContainerCreating" for o in seen):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the replicas of job #{job.pk} did not start in 30 s")
+        return all(o.status == "ContainerCreating" for o in seen)
+
+    waiting.wait_for(creating, timeout=30, message=f"the replicas of job #{job.pk} to start")
 
 
 def test_attempt_stuck_preparing_is_requeued_with_backoff_then_fails(submit, clock, settings):
     settings.JOBSITE_REQUEUE_LIMIT = 2
-    backend = NeverStarts(root=settings.JOBSITE_LOCAL_ROOT)
+    backend = NeverStarts(root=settings.JOBSITE_LOCAL_ROOT, log_layout=replica_log_path)
     job = submit("bob", command="sleep 600")
     t = timezone.now()
     clock(now=t, backend=backend)

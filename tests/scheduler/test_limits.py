@@ -12,6 +12,8 @@ from scheduler.backends import cgroups, limits
 from scheduler.backends.cgroups import Limits, Mount, Plan, Write, limits_for, writes
 from scheduler.values import LaunchReplica, LaunchSpec
 
+pytestmark = pytest.mark.fast
+
 GIB, MIB = 1024**3, 1024**2
 CPU_TINY = {"gpu": 0, "cpu": 500, "memory": GIB}
 

@@ -8,7 +8,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from jobs import services
 from jobs.choices import Phase
-from scheduler.backends import cgroups, get_backend, limits
+from scheduler.backend_factory import get_backend
+from scheduler.backends import cgroups, limits
 from scheduler.values import ReplicaState
+from tests import waiting
 
 from .conftest import wait_for
 
@@ -55,15 +56,6 @@ def leaves(job) -> dict[str, Path]:
 
 def version() -> int:
     return get_backend().limits.parents[0][1]
-
-
-def eventually(condition, timeout=DEADLINE) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def own_oom_kills() -> int:
@@ -125,16 +117,16 @@ def test_a_fork_bomb_stops_at_the_process_limit(submit, clock, act, world, setti
 
     bomb = submit("bob", "cpu-tiny", command="touch up; :(){ :|:& };:; sleep 600")
     wait_for(bomb, {Phase.RUNNING}, clock, timeout=DEADLINE)
-    assert eventually(lambda: (work_dir(bomb) / "up").exists())
+    waiting.wait_for(lambda: (work_dir(bomb) / "up").exists(), timeout=DEADLINE, message="the bomb's up file")
     pids = leaves(bomb)["pids"]
     # It runs into the limit (the kernel counts each refused fork) and never past it.
-    assert eventually(lambda: int(dict(line.split() for line in (pids / "pids.events").read_text().splitlines())
-                                   .get("max", 0)) > 0)
+    waiting.wait_for(lambda: int(dict(line.split() for line in (pids / "pids.events").read_text().splitlines())
+                         .get("max", 0)) > 0, timeout=DEADLINE, message="a fork refused at pids.max")
     assert int((pids / "pids.current").read_text()) <= 64
     assert subprocess.run(["true"], timeout=30).returncode == 0  # the machine still forks
     act(services.job_cancel, job=bomb, by=world.users["bob"])
     wait_for(bomb, {Phase.CANCELLED}, clock, timeout=DEADLINE)
-    assert eventually(lambda: not pids.exists())
+    waiting.wait_for(lambda: not pids.exists(), timeout=DEADLINE, message="the replica's pids cgroup removed")
 
 
 CPU_HOG = """touch up; python3 -c '
@@ -158,7 +150,7 @@ def test_a_cpu_hog_gets_its_half_cpu(submit, clock, settings):
     settings.JOBSITE_LOCAL_PIDS_MAX = 100
     job = submit("bob", "cpu-tiny", command=CPU_HOG)
     wait_for(job, {Phase.RUNNING, *ENDED}, clock, timeout=DEADLINE)
-    assert eventually(lambda: (work_dir(job) / "up").exists())
+    waiting.wait_for(lambda: (work_dir(job) / "up").exists(), timeout=DEADLINE, message="the job's up file")
     files = leaves(job)
     expect = ({"memory": ("memory.limit_in_bytes", str(GIB)), "cpu": ("cpu.cfs_quota_us", "50000"),
                "pids": ("pids.max", "100")} if version() == 1 else
@@ -191,12 +183,13 @@ def test_a_job_over_its_disk_bound_is_evicted(submit, clock, settings):
 def test_cleanup_removes_the_cgroup_a_dead_supervisor_left(submit, clock):
     job = submit("bob", "cpu-tiny", command="touch up; exec sleep 600")
     wait_for(job, {Phase.RUNNING}, clock, timeout=DEADLINE)
-    assert eventually(lambda: (work_dir(job) / "up").exists())
+    waiting.wait_for(lambda: (work_dir(job) / "up").exists(), timeout=DEADLINE, message="the job's up file")
     backend = get_backend()
     state = backend.root / "state" / f"job-{job.pk}" / "attempt-1" / "replica-0"
     os.kill(int((state / "runner.pid").read_text().split()[0]), signal.SIGKILL)
     memory = leaves(job)["memory"]
-    assert eventually(lambda: not cgroups.members(memory))  # the sandbox died with it: an empty cgroup left
+    # The sandbox died with it: an empty cgroup left.
+    waiting.wait_for(lambda: not cgroups.members(memory), timeout=DEADLINE, message="an empty memory cgroup")
     assert memory.exists()
     backend.cleanup(job_id=job.pk, attempt_number=1, replicas=1)
     assert not any(leaf.exists() for leaf in leaves(job).values())

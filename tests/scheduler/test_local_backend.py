@@ -11,9 +11,10 @@ from django.db import connection
 from jobs import services
 from jobs.choices import Phase
 from jobs.models import Job
-from scheduler.backends import get_backend
+from scheduler.backend_factory import get_backend
 from scheduler.passes import schedule_pass
 from scheduler.sync import housekeeping, sync_jobs
+from tests import waiting
 
 pytestmark = pytest.mark.django_db
 
@@ -38,14 +39,14 @@ def tick():
 
 
 def run_until(job, phases, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def reached():
         tick()
         job.refresh_from_db()
-        if job.phase in phases:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job stayed {job.phase} ({job.status}: {job.message}) for {timeout} s")
+        return job.phase in phases
+
+    waiting.wait_for(reached, timeout=timeout, message=lambda: f"one of {sorted(phases)}: job stayed {job.phase} "
+                                                                f"({job.status}: {job.message})")
+    return job
 
 
 def log_of(job, attempt=1, rank=0):

@@ -23,12 +23,15 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import RESOURCE_PHASES, Phase
+from jobs.logs import replica_log_path
 from jobs.models import Job
-from scheduler.backends import get_backend, local
+from scheduler.backend_factory import get_backend, local_backend
+from scheduler.backends import local
 from scheduler.backends.local import LocalBackend
 from scheduler.launch import attempt_launch
 from scheduler.passes import schedule_pass
 from scheduler.sync import sync_jobs
+from tests import waiting
 
 from .conftest import wait_for
 
@@ -60,21 +63,13 @@ def _kill_what_this_test_started(tmp_path):
             continue
 
 
-def eventually(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 class Process:
     """A process a command told us about ("pid" or "pid starttime" in a file), told apart from any later one with
     the same pid by its start time."""
 
     def __init__(self, pid_file, timeout=10.0):
-        assert eventually(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"), timeout), pid_file
+        waiting.wait_for(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"), timeout=timeout,
+                         interval=0.02, message=f"a pid in {pid_file}")
         pid, *start = pid_file.read_text().split()
         self.pid = int(pid)
         stat = self._stat() or [None] * 20  # gone already
@@ -214,13 +209,14 @@ class CancelledWhileLaunching(LocalBackend):
 
 
 def test_a_replica_stopped_before_its_command_started_never_runs_it(submit, clock, settings, tmp_path):
-    backend = CancelledWhileLaunching(root=settings.JOBSITE_LOCAL_ROOT)
+    backend = CancelledWhileLaunching(root=settings.JOBSITE_LOCAL_ROOT, log_layout=replica_log_path)
     job = submit("bob", "gpu-1", command='touch "$FLAGS/ran"; sleep 600', env={"FLAGS": str(tmp_path)})
     schedule_pass(backend=backend)  # admitted; its launch left to us
     attempt_launch(job.pk, backend=backend)
     # Its supervisor starts, finds the stop and records an end, before the rounds read it back (a round that looked
     # before the supervisor existed would rightly end the job without an exit code).
-    assert eventually(lambda: (state_dir(job) / "exit_code").exists(), timeout=30)
+    waiting.wait_for(lambda: (state_dir(job) / "exit_code").exists(), timeout=30, interval=0.02,
+                     message="its exit code")
     wait_for(job, {Phase.CANCELLED}, clock, backend=backend)
     assert not (tmp_path / "ran").exists()
     assert (state_dir(job) / "exit_code").exists()  # its supervisor ran, and recorded an end: it never will
@@ -309,7 +305,7 @@ def test_another_installation_never_touches_these_processes(submit, clock, tmp_p
     job = submit("bob", command='echo $$ > "$FLAGS/workload.pid"; exec sleep 600', env={"FLAGS": str(tmp_path)})
     wait_for(job, {Phase.RUNNING}, clock)
     workload = Process(tmp_path / "workload.pid")
-    other = LocalBackend(root=tmp_path / "other-root")  # same job id, attempt and rank, another root
+    other = local_backend(root=tmp_path / "other-root")  # same job id, attempt and rank, another root
     other.stop(job_id=job.pk, attempt_number=1, replicas=1, force=True)
     assert [o.present for o in other.observe(job_id=job.pk, attempt_number=1, replicas=1)] == [False]
     assert workload.alive()
@@ -323,8 +319,8 @@ import os, sys
 import django
 django.setup()
 from scheduler.values import LaunchReplica, LaunchSpec
-from scheduler.backends.local import LocalBackend
-backend = LocalBackend(root=sys.argv[1], gpus=1)
+from scheduler.backend_factory import local_backend
+backend = local_backend(root=sys.argv[1], gpus=1)
 backend.launch(LaunchSpec(job_id=1, attempt_id=1, attempt_number=1, image="", command=sys.argv[2],
                           replicas=[LaunchReplica(rank=0, node="local", gpu_ids=(0,), env={"FLAGS": sys.argv[3]})]))
 print("launched", flush=True)
@@ -350,6 +346,7 @@ def test_a_scheduler_killed_with_its_process_group_right_after_a_launch_kills_no
         scheduler.kill()
         scheduler.wait()
     state = root / "state" / "job-1" / "attempt-1" / "replica-0"
-    assert eventually(lambda: (state / "exit_code").exists(), timeout=60), "the replica died with the scheduler"
+    waiting.wait_for(lambda: (state / "exit_code").exists(), timeout=60, interval=0.02,
+                     message="the replica's exit code (did it die with the scheduler?)")
     assert (state / "exit_code").read_text() == "0"
     assert (root / "logs" / "job-1" / "attempt-1" / "replica-0.log").read_text() == "ran to the end\n"

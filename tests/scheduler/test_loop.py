@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from jobs.choices import Phase
 from scheduler import health
 from scheduler.loop import SchedulerLoop
+from tests import waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,15 +36,6 @@ class Switch:
         pass
 
 
-def wait_until(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_standby_does_nothing_until_it_leads(submit, settings):
     settings.JOBSITE_SCHEDULER_INTERVAL = 0.1
     settings.JOBSITE_LEADER_RETRY_SECONDS = 0.1
@@ -53,18 +44,20 @@ def test_a_standby_does_nothing_until_it_leads(submit, settings):
     loop = SchedulerLoop(elector=elector)
     loop.start()
     try:
-        assert wait_until(lambda: elector.rounds >= 5)
-        assert wait_until(lambda: health.seconds_since_beat() is not None)  # a standby still beats (liveness)
+        waiting.wait_for(lambda: elector.rounds >= 5, timeout=20, message="five rounds of the standby")
+        # A standby still beats (liveness).
+        waiting.wait_for(lambda: health.seconds_since_beat() is not None, timeout=20, message="a heartbeat")
         job.refresh_from_db()
         assert job.phase == Phase.SUBMITTED and job.attempts.count() == 0
         assert health.is_leader() is False
         elector.leading.set()
-        assert wait_until(lambda: job.refresh_from_db() or job.phase == Phase.SUCCEEDED, timeout=30)
+        waiting.wait_for(lambda: job.refresh_from_db() or job.phase == Phase.SUCCEEDED, timeout=30,
+                         message=lambda: f"SUCCEEDED, not {job.status}")
         assert health.is_leader() is True
         elector.leading.clear()  # lost the lease: stops acting
-        assert wait_until(lambda: not loop.leading.is_set())
+        waiting.wait_for(lambda: not loop.leading.is_set(), timeout=20, message="the loop to stop leading")
         second = submit("pan", command="true")
-        assert wait_until(lambda: elector.rounds >= 20)
+        waiting.wait_for(lambda: elector.rounds >= 20, timeout=20, message="twenty rounds")
         second.refresh_from_db()
         assert second.phase == Phase.SUBMITTED
     finally:

@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from scheduler import health, metrics
 from scheduler.http import start_http_server
 
+pytestmark = pytest.mark.fast
+
 
 def sample(name: str, **labels) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
@@ -240,6 +242,7 @@ def test_dead_or_failing_pods_source_is_skipped():
 # --- the HTTP server ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_http_metrics(server, settings):
     settings.JOBSITE_METRICS_TOKEN = "sched-token"
     metrics.PASS_SECONDS.observe(0.25)
@@ -254,6 +257,7 @@ def test_http_metrics(server, settings):
     assert get(server + "/nope")[0] == 404
 
 
+@pytest.mark.slow
 def test_http_metrics_needs_its_token_in_production(server, settings):
     settings.JOBSITE_PRODUCTION, settings.JOBSITE_METRICS_TOKEN, settings.JOBSITE_METRICS_PUBLIC = True, "", False
     status, _, body = get(server + "/metrics")
@@ -268,6 +272,7 @@ def test_http_metrics_needs_its_token_in_production(server, settings):
     assert get(server + "/metrics")[0] == 200
 
 
+@pytest.mark.slow
 def test_http_healthz_follows_the_beat(server, clock, settings):
     settings.JOBSITE_SCHEDULER_INTERVAL = 1.0  # stale after max(30, 10 × 1) = 30 s
     health.started()
@@ -285,6 +290,7 @@ def test_http_healthz_follows_the_beat(server, clock, settings):
     assert get(server + "/healthz")[0] == 503
 
 
+@pytest.mark.slow
 def test_http_readyz_reports_leadership(server):
     status, headers, body = get(server + "/readyz")
     assert status == 200 and headers["Content-Type"] == "application/json"
@@ -293,6 +299,7 @@ def test_http_readyz_reports_leadership(server):
     assert json.loads(get(server + "/readyz")[2]) == {"leader": True}
 
 
+@pytest.mark.slow
 def test_http_server_shutdown_frees_the_port():
     srv = start_http_server(0)
     port = srv.port

@@ -6,6 +6,8 @@ from jobs.choices import Phase
 from jobs.selectors import queue_positions
 from scheduler.passes import schedule_pass
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.django_db
 def test_example_1_group_quota_blocks_fifo(submit):

@@ -24,6 +24,8 @@ from scheduler.reconcile import (
 )
 from scheduler.values import ReplicaObservation, ReplicaState
 
+pytestmark = pytest.mark.fast
+
 S = ReplicaState
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 TIMING = Timing(preparing_timeout=180, node_lost_grace=300, requeue_limit=5, stuck_after=630)

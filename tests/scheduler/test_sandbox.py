@@ -19,14 +19,16 @@ from rest_framework.test import APIClient
 
 from jobs import services
 from jobs.choices import Phase
-from scheduler.backends import get_backend, sandbox
+from scheduler.backend_factory import get_backend
+from scheduler.backends import sandbox
 from scheduler.backends.local_runner import MARKER, processes, replica_processes
 from scheduler.backends.sandbox import SETPRIV, SHIM_BIN, Facts, sandbox_argv, sandbox_env
 from scheduler.values import LaunchReplica, LaunchSpec, ReplicaState
+from tests import waiting
 
 from .conftest import wait_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
 
 BWRAP = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap (bwrap) is not installed: apt-get install "
@@ -170,15 +172,6 @@ def work_dir(job, attempt=1, rank=0) -> Path:
     return get_backend().root / "work" / f"job-{job.pk}" / f"attempt-{attempt}" / f"replica-{rank}"
 
 
-def eventually(condition, timeout=30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def in_namespace(ns: str) -> list[int]:
     """Every live process of the machine in the PID namespace ``ns`` ("pid:[inode]")."""
     found = []
@@ -196,7 +189,8 @@ def in_namespace(ns: str) -> list[int]:
 def namespace_of(job) -> str:
     """The PID namespace the job wrote into its working directory (``readlink /proc/self/ns/pid > ns``)."""
     ns_file = work_dir(job) / "ns"
-    assert eventually(lambda: ns_file.exists() and ns_file.read_text().endswith("\n")), log_of(job)
+    waiting.wait_for(lambda: ns_file.exists() and ns_file.read_text().endswith("\n"),
+                     message=lambda: f"the job's PID namespace in {ns_file}; its log: {log_of(job)}")
     return ns_file.read_text().strip()
 
 
@@ -331,7 +325,8 @@ def test_cancel_leaves_no_setsid_escapee_nor_a_child_trapping_sigterm(submit, cl
         "trap '' TERM; sleep 1000"))
     wait_for(job, {Phase.RUNNING}, clock)
     ns = namespace_of(job)
-    assert eventually(lambda: (work_dir(job) / "setsid.up").exists() and (work_dir(job) / "trap.up").exists())
+    waiting.wait_for(lambda: (work_dir(job) / "setsid.up").exists() and (work_dir(job) / "trap.up").exists(),
+                     message="setsid.up and trap.up")
     act(services.job_cancel, job=job, by=world.users["bob"])
     wait_for(job, {Phase.CANCELLED}, clock, timeout=60)
     assert in_namespace(ns) == []
@@ -346,7 +341,7 @@ def test_the_sandbox_dies_with_its_supervisor(submit, clock):
     runner = int((get_backend().root / "state" / f"job-{job.pk}" / "attempt-1" / "replica-0" / "runner.pid")
                  .read_text().split()[0])
     os.kill(runner, signal.SIGKILL)
-    assert eventually(lambda: in_namespace(ns) == [])
+    waiting.wait_for(lambda: in_namespace(ns) == [], message="no process left in the sandbox's namespace")
     assert get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)[0].present is False
 
 
@@ -414,7 +409,7 @@ def test_a_stop_while_the_sandbox_starts_reaches_the_command(settings):
             def ended():
                 seen = backend.observe(job_id=7, attempt_number=attempt, replicas=1)[0]  # noqa: B023
                 return seen.state in (ReplicaState.EXITED, ReplicaState.LOST) and not seen.present
-            assert eventually(ended, timeout=60), attempt
+            waiting.wait_for(ended, timeout=60, message=f"attempt {attempt} to end")
             seen = backend.observe(job_id=7, attempt_number=attempt, replicas=1)[0]
             # Ended by the SIGTERM, or never started (the stop came first and the supervisor saw it, or the stop's
             # signal ended the launcher before it forked the supervisor).

@@ -13,13 +13,12 @@ from django.core.management import CommandError, call_command
 from jobs.choices import Phase
 from jobs.models import Job
 from scheduler.backends.sim import SimBackend
-from scheduler.replay import (
-    Replay,
-    WorkloadError,
-    parse_workload,
-    workload_from_history,
-)
+from scheduler.simulation.history import workload_from_history
+from scheduler.simulation.replay import Replay
+from scheduler.simulation.workload import WorkloadError, parse_workload
 from scheduler.values import LaunchReplica, LaunchSpec, ReplicaState
+
+pytestmark = pytest.mark.fast
 
 T = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 GENERATOR = Path(__file__).resolve().parents[2] / "bench" / "workloads" / "make_kueue_baseline.py"
