@@ -15,7 +15,7 @@ from django.urls import reverse
 from . import limits, selectors
 from .choices import JobType, Phase, Priority
 from .models import Group, Job
-from .templatetags.jobsite import cpu, memory, seconds
+from .templatetags.job_display import cpu, memory, seconds
 
 PRIORITY_BY_LABEL = {p.label: p.value for p in Priority}
 LABEL_BY_PRIORITY = {p.value: p.label for p in Priority}

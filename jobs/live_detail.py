@@ -4,7 +4,7 @@ One code path draws the page's live parts for the first frame (on connect, on a 
 was away: ``jobs.catchup``) and for every change: the head, status and attempts again from the page's templates
 (for this user: the actions offered depend on who looks), the events after the last one the page shows, and a
 viewer for each replica log the page does not have yet (empty: it follows its log from the start over
-``ws/jobs/<id>/logs/``). The page says what it has in the socket's query string (``static/js/jobsite.js``):
+``ws/jobs/<id>/logs/``). The page says what it has in the socket's query string (``static/js/pages.js``):
 ``after=<the last event id shown>&logs=<attempt-rank,...>``, so a page drawn before an attempt existed gets its
 viewers even when the attempt started before the socket opened.
 """

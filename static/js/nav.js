@@ -1,5 +1,5 @@
 // The page frame: the top bar's menu on narrow screens, the "Queues" menu, and time stamps in the reader's time zone.
-// Small and independent of jobsite.js; every part leaves the page usable without it.
+// Small and independent of pages.js; every part leaves the page usable without it.
 (function () {
   "use strict";
 

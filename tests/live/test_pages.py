@@ -13,7 +13,7 @@ from django.utils import timezone
 from jobs import live_publisher, services
 from jobs.choices import Phase
 from jobs.models import Attempt, Job
-from jobs.templatetags.jobsite_charts import axis, stacked_bars
+from jobs.templatetags.usage_charts import axis, stacked_bars
 from scheduler.backend_factory import get_backend
 
 from .conftest import admitted, pending
