@@ -8,6 +8,7 @@ from inside the job with a deadline of its own (``timeout``), so a probe that wo
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import shutil
 import socket
@@ -205,13 +206,19 @@ def test_no_port_of_the_machine_answers_a_job(submit, clock, settings):
         server.close()
 
 
+_OTHER_HOSTS = itertools.count()
+
+
 @pytest.fixture
 def other_host(tmp_path):
     """A host of the test's own: a network namespace joined to this machine by a veth pair, with a server."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("a network namespace of the test's needs root and iproute2")
-    name, link = f"jst{os.getpid() % 100000}", f"jsv{os.getpid() % 100000}"
-    subnet = f"10.213.{os.getpid() % 250}"
+    # Names of this fixture's use only: the kernel tears a deleted namespace's veth down in the background, so the
+    # next use must not count on the last one's names being free.
+    n = next(_OTHER_HOSTS)
+    name, link = f"jst{os.getpid() % 100000}n{n}", f"jsv{os.getpid() % 100000}n{n}"
+    subnet = f"10.{213 + n % 40}.{os.getpid() % 250}"
 
     def ip(*args):
         subprocess.run(["ip", *args], check=True, capture_output=True)
@@ -236,6 +243,7 @@ def other_host(tmp_path):
         if server is not None:
             server.kill()
             server.wait()
+        subprocess.run(["ip", "link", "del", link], capture_output=True)  # both ends, at once
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
