@@ -51,3 +51,32 @@ class Role(models.TextChoices):
 class EventType(models.TextChoices):
     NORMAL = "Normal", "Normal"
     WARNING = "Warning", "Warning"
+
+
+class DependencyWhen(models.TextChoices):
+    """When a dependency is met, as Slurm's afterok / afternotok / afterany."""
+
+    OK = "ok", "Succeeded"
+    NOTOK = "notok", "Ended without succeeding"
+    ANY = "any", "Ended"
+
+
+class NotifyChannel(models.TextChoices):
+    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", "Webhook"
+
+
+class NotifyEvent(models.TextChoices):
+    """What a user may be told about their jobs."""
+
+    ENDED = "ended", "Ended (any way)"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    RUNNING = "running", "Running after a wait"
+    IDLE_GPUS = "idle_gpus", "GPUs idle"
+
+
+class NotificationState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"  # gave up after the last retry

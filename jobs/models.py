@@ -1,4 +1,5 @@
-"""Models of groups, quotas, instance types, images, jobs, attempts and events.
+"""Models of groups, quotas, instance types, images, jobs (and arrays, dependencies), attempts, events and
+notifications.
 
 Writes happen in ``jobs.services`` only; reads that need permission filtering live in ``jobs.selectors``.
 """
@@ -13,7 +14,20 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from .choices import QUEUED_PHASES, RESOURCE_PHASES, EventType, JobType, Phase, Priority, Resource, Role
+from .choices import (
+    QUEUED_PHASES,
+    RESOURCE_PHASES,
+    DependencyWhen,
+    EventType,
+    JobType,
+    NotificationState,
+    NotifyChannel,
+    NotifyEvent,
+    Phase,
+    Priority,
+    Resource,
+    Role,
+)
 from .state_machine import color_for, color_name
 
 slug_validator = RegexValidator(
@@ -175,6 +189,12 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="End + TTL: when its leftovers are deleted.")
     cleaned_at = models.DateTimeField(null=True, blank=True, help_text="Working directories/pods deleted (TTL).")
+    # A member of an array or sweep (JobArray): its index in it and, for a sweep, its parameters.
+    array = models.ForeignKey("JobArray", null=True, blank=True, on_delete=models.CASCADE, related_name="members")
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+    array_params = models.JSONField(default=dict, blank=True)
+    # Waits for jobs it depends on (JobDependency rows not yet satisfied): out of its group's queue until then.
+    dependency_wait = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-id"]
@@ -291,6 +311,93 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class JobArray(models.Model):
+    """Jobs made by one submission: an index range (``array: "0-99%8"``) or a parameter grid (``sweep``). Each
+    member is a Job of its own that queues like any job; ``max_running`` (the ``%K``) bounds how many of them
+    hold resources at once."""
+
+    name = models.CharField(max_length=128)
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="arrays")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays")
+    indices = models.CharField(max_length=200, blank=True, help_text='The array as submitted, e.g. "0-99%8".')
+    sweep = models.JSONField(default=dict, blank=True, help_text="Parameter name → the values it sweeps over.")
+    size = models.PositiveIntegerField()
+    max_running = models.PositiveIntegerField(null=True, blank=True, help_text="At most this many members at once.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["group", "-id"], name="array_group_newest")]
+
+    def __str__(self) -> str:
+        return f"array {self.pk} {self.name}"
+
+
+class JobDependency(models.Model):
+    """``job`` may start only once ``on_job`` (or every member of ``on_array``) ended as ``when`` asks."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependencies")
+    on_job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="dependents")
+    on_array = models.ForeignKey(JobArray, null=True, blank=True, on_delete=models.CASCADE, related_name="dependents")
+    when = models.CharField(max_length=6, choices=DependencyWhen.choices, default=DependencyWhen.OK)
+    satisfied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(on_job__isnull=False, on_array__isnull=True)
+                           | Q(on_job__isnull=True, on_array__isnull=False)),
+                name="dependency_on_one",
+            ),
+        ]
+        indexes = [models.Index(fields=["job"], condition=Q(satisfied_at__isnull=True), name="dependency_unmet")]
+
+    def __str__(self) -> str:
+        target = f"#{self.on_job_id}" if self.on_job_id else f"array {self.on_array_id}"
+        return f"#{self.job_id} after {target} {self.when}"
+
+
+class NotificationSubscription(models.Model):
+    """A user asks to be told of events of their jobs, by email or by webhook."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notify_subscriptions")
+    channel = models.CharField(max_length=10, choices=NotifyChannel.choices)
+    url = models.URLField(max_length=500, blank=True, help_text="Webhook: where the JSON is POSTed.")
+    email = models.EmailField(blank=True, help_text="Email: where to send (the user's own address if blank).")
+    slack = models.BooleanField(default=False, help_text="Webhook: a Slack-compatible body ({'text': ...}).")
+    events = models.JSONField(default=list, help_text="NotifyEvent values.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} by {self.channel}"
+
+
+class Notification(models.Model):
+    """The outbox: one row per job event and subscription, made in the transaction of the change it tells of, sent
+    by the worker after commit and retried with backoff. The unique constraint makes it at most once."""
+
+    subscription = models.ForeignKey(NotificationSubscription, on_delete=models.CASCADE, related_name="outbox")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="notifications")
+    event = models.ForeignKey("JobEvent", on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=12, choices=NotifyEvent.choices)
+    state = models.CharField(max_length=8, choices=NotificationState.choices, default=NotificationState.PENDING)
+    tries = models.PositiveSmallIntegerField(default=0)
+    next_try_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["subscription", "event"], name="notification_once")]
+        indexes = [models.Index(fields=["next_try_at"], condition=Q(state="pending"), name="notification_due")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of #{self.job_id} by {self.subscription.channel}: {self.state}"
 
 
 class SubmitKey(models.Model):

@@ -70,7 +70,8 @@ def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) ->
         head_rows = {gid: HEAD_ROWS for gid in groups if gid not in stopped}
 
     unsettled = (
-        Job.objects.filter(phase__in=QUEUED_PHASES).exclude(phase=Phase.PENDING, reason=Reason.BLOCKED)
+        Job.objects.filter(phase__in=QUEUED_PHASES, dependency_wait=False)
+        .exclude(phase=Phase.PENDING, reason=Reason.BLOCKED)
         .exclude(phase=Phase.INADMISSIBLE, reason=Reason.QUEUE_STOPPED, group_id__in=stopped)
         .values_list(*QUEUED_FIELDS)
     )
@@ -217,12 +218,13 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"SELECT h.* FROM unnest(%s::bigint[]) AS g(id) CROSS JOIN LATERAL (SELECT {columns} "
-                    f"FROM {table} j WHERE j.group_id = g.id AND j.phase IN ({', '.join(['%s'] * len(phases))}) "
+                    f"FROM {table} j WHERE j.group_id = g.id AND NOT j.dependency_wait "
+                    f"AND j.phase IN ({', '.join(['%s'] * len(phases))}) "
                     "ORDER BY j.priority DESC, j.queued_at, j.id LIMIT %s) h", [gids, *phases, n])
                 found.extend(cursor.fetchall())
         else:
             found.extend(
-                Job.objects.filter(phase__in=QUEUED_PHASES, group_id__in=gids)
+                Job.objects.filter(phase__in=QUEUED_PHASES, group_id__in=gids, dependency_wait=False)
                 .annotate(rank=Window(RowNumber(), partition_by=F("group_id"),
                                       order_by=[F("priority").desc(), F("queued_at").asc(), F("id").asc()]))
                 .filter(rank__lte=n).values_list(*QUEUED_FIELDS)

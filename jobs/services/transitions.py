@@ -15,7 +15,9 @@ from ..choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType
 from ..models import Job
 from ..state_machine import ERROR_STATUSES, check_transition
 from ..wakeup import request_pass
+from .dependencies import dependents_on_end
 from .events import event_record
+from .notifications import notifications_on_transition
 
 UNSET: Any = object()
 
@@ -132,7 +134,7 @@ def job_transition(
     if changed:
         warning = (status in WARNING_STATUSES or reason in WARNING_REASONS
                    or phase in {Phase.FAILED, Phase.INADMISSIBLE, Phase.UNKNOWN})
-        event_record(
+        event = event_record(
             job=current,
             attempt=attempt,
             type=event_type or (EventType.WARNING if warning else EventType.NORMAL),
@@ -140,6 +142,10 @@ def job_transition(
             message=message,
             publish=False,
         )
+        if phase != old_phase:
+            notifications_on_transition(job=current, old_phase=old_phase, event=event)
+    if phase in TERMINAL_PHASES and old_phase not in TERMINAL_PHASES:
+        dependents_on_end(job=current, now=now)
     transaction.on_commit(lambda: _on_commit_effects(current.pk, old_phase, phase), robust=True)
     for f in Job._meta.concrete_fields:  # the caller's instance shows the new state too
         setattr(job, f.attname, getattr(current, f.attname))
