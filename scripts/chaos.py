@@ -5,12 +5,13 @@
 
 It starts PostgreSQL + Redis (scripts/ensure-services.sh), a fresh database (``--database``, emptied), and the
 processes of `make prod` one by one, each in its own process group: the web (uvicorn), the scheduler
-(``manage.py runscheduler``) and a Celery worker with beat, on the local backend with ``--gpus`` fake GPUs. It submits
-``--jobs`` short jobs of mixed sizes through the API (1, 2 or 4 GPUs, one or two replicas, 0.1–2 s; some fail and are
-retried within their backoff_limit, some fail on their first attempt only, some are cancelled while they run),
-each with an Idempotency-Key so a submit retried after a lost answer makes no duplicate. Meanwhile it kill -9s the
-process group of the scheduler, the worker or the web ``--kills`` times at random moments and restarts it after a
-random pause; everything random comes from ``--seed`` (printed) (chaos_plan.py, chaos_topology.py). A sampler
+(``manage.py runscheduler``, and a second one on standby as deploy/ runs two, unless ``--no-standby``) and a
+Celery worker with beat, on the local backend with ``--gpus`` fake GPUs. It submits ``--jobs`` short jobs of mixed
+sizes through the API (1, 2 or 4 GPUs, one or two replicas, 0.1–2 s; some fail and are retried within their
+backoff_limit, some fail on their first attempt only, some are cancelled while they run), each with an
+Idempotency-Key so a submit retried after a lost answer makes no duplicate. Meanwhile it kill -9s the process group
+of the scheduler (the one leading), the worker or the web ``--kills`` times at random moments and restarts it after
+a random pause; everything random comes from ``--seed`` (printed) (chaos_plan.py, chaos_topology.py). A sampler
 reads, every half second, what the database says is held and queued and the job processes alive on this machine
 (chaos_sampler.py, where each figure it derives is defined).
 
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", default="jobsite_chaos", help="PostgreSQL database (dropped and created)")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/3")
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the local node")
+    parser.add_argument("--no-standby", dest="standby", action="store_false",
+                        help="one scheduler process (default: a second one on standby, as deploy/ runs two replicas)")
     parser.add_argument("--var", help="directory for the logs and the jobs' files (default: a new temporary one)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped from outside: the topology is stopped too
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     root_id = hashlib.sha256(os.fsencode((var / "var" / "local").resolve())).hexdigest()[:16]
 
     topology = Topology(env, var, port)
-    for name in ("web", "scheduler", "worker"):
+    for name in ("web", "scheduler", "worker") + (("scheduler-2",) if args.standby else ()):
         topology.start(name)
     conn = psycopg.connect(f"{PG}/{args.database}", autocommit=True)
     errors: list[str] = []
@@ -162,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                 while time.monotonic() < t0 + kill.at and not stop.is_set():
                     topology.watch()
                     time.sleep(0.1)
-                topology.kill(kill.victim, at=time.monotonic() - t0)
+                killed = topology.kill(kill.victim, at=time.monotonic() - t0)
                 time.sleep(kill.down)
-                topology.start(kill.victim)
+                topology.start(killed)
             while not stop.is_set():
                 topology.watch()
                 time.sleep(0.5)

@@ -137,5 +137,5 @@ def print_recovery(found: Findings, killed: list[Killed], wall: float, allowance
             longest[i] = max(longest[i], s.lasted)
         print("  per kill: GPU-seconds held by attempts gone idle after it, longest queue stall begun after it")
         for i, kill in enumerate(killed):
-            print(f"    {i + 1:>2}. {kill.victim:<9} at {kill.at:>5.0f} s   {per_kill[i]:>6.1f} GPU-s   "
+            print(f"    {i + 1:>2}. {kill.victim:<11} at {kill.at:>5.0f} s   {per_kill[i]:>6.1f} GPU-s   "
                   f"{longest.get(i, 0.0):>5.1f} s")

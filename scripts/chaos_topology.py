@@ -49,6 +49,7 @@ class Topology:
             "web": [str(VENV / "uvicorn"), "jobsite.asgi:application", "--host", "127.0.0.1", "--port",
                     str(self.port), "--no-access-log"],
             "scheduler": [str(VENV / "python"), "manage.py", "runscheduler"],
+            "scheduler-2": [str(VENV / "python"), "manage.py", "runscheduler"],
             "worker": [str(VENV / "celery"), "-A", "jobsite", "worker", "--beat", "--loglevel", "INFO",
                        "--concurrency", "2", "--without-gossip", "--without-mingle", "--schedule",
                        str(self.var / "celerybeat-schedule")],
@@ -57,14 +58,38 @@ class Topology:
     def start(self, name: str) -> None:
         with self.lock:
             log = open(self.var / f"{name}.log", "ab")
-            self.procs[name] = subprocess.Popen(self.argv(name), cwd=ROOT, env=self.env, stdout=log,
+            self.procs[name] = subprocess.Popen(self.argv(name), cwd=ROOT, env=self.env_of(name), stdout=log,
                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 start_new_session=True)
             log.close()
             self.down.discard(name)
 
-    def kill(self, name: str, at: float) -> None:
-        """kill -9 the process group of ``name``; ``at``: seconds after the first submit, recorded."""
+    def env_of(self, name: str) -> dict[str, str]:
+        """The second scheduler (a standby, as `make prod` runs one) serves its /readyz on the next port."""
+        if name != "scheduler-2":
+            return self.env
+        return {**self.env, "JOBSITE_SCHEDULER_HTTP_PORT": str(int(self.env["JOBSITE_SCHEDULER_HTTP_PORT"]) + 1)}
+
+    def schedulers(self) -> list[str]:
+        return [name for name in self.procs if name.startswith("scheduler")]
+
+    def leader(self) -> str | None:
+        """The scheduler process that leads now (its /readyz says so), if any answers that it does."""
+        for name in self.schedulers():
+            port = self.env_of(name)["JOBSITE_SCHEDULER_HTTP_PORT"]
+            try:
+                status, body = request(f"http://127.0.0.1:{port}", "GET", "/readyz", timeout=5.0)
+            except OSError:
+                continue
+            if status == 200 and json.loads(body).get("leader"):
+                return name
+        return None
+
+    def kill(self, name: str, at: float) -> str:
+        """kill -9 the process group of ``name``; ``at``: seconds after the first submit, recorded. With a standby,
+        "scheduler" means the one leading (the kill that costs something). Returns the name of the one killed."""
+        if name == "scheduler" and len(self.schedulers()) > 1:
+            name = self.leader() or name
         with self.lock:
             self.down.add(name)
             proc = self.procs[name]
@@ -74,6 +99,7 @@ class Topology:
             except ProcessLookupError:
                 pass
             proc.wait()
+        return name
 
     def watch(self) -> None:
         """Start again what died without being killed on purpose (counted: a process must not die by itself)."""
