@@ -2,9 +2,9 @@
 
 Pipeline of one pass (Kueue-style): order the queued jobs → for each, in order, check it can ever fit
 (else INADMISSIBLE) → once a group's queue is held, every later job of that group waits behind its head and is
-not looked at further → check the user quota (a miss waits without blocking anyone) → the group quota and the
-cluster capacity (a miss waits and holds the group's queue) → admit, charging the snapshot so later jobs
-of the same pass see the usage. Every job ends with an explicit outcome, a reason and a message.
+not looked at further → check its array's ``%K`` limit and the user quota (a miss waits without blocking anyone)
+→ the group quota and the cluster capacity (a miss waits and holds the group's queue) → admit, charging the
+snapshot so later jobs of the same pass see the usage. Every job ends with an explicit outcome, a reason and a message.
 
 So a pass does real work only for each group's head (plus the jobs its user quota skips past): the jobs behind a
 held head cost a dictionary lookup each, and a caller may leave them out altogether (they wait behind the head).
@@ -45,6 +45,7 @@ class Reason(enum.StrEnum):
     PREEMPTING = "Preempting"
     PREEMPTED = "Preempted"
     REQUEUED = "Requeued"
+    ARRAY_LIMIT = "ArrayLimit"
 
 
 @dataclass
@@ -72,6 +73,7 @@ class QueuedJob:
     # It preempted others and waits for them to end (reason Preempting): what they free is reserved for it, and it
     # is decided before every other job, so the jobs it evicted (queued again, maybe earlier) cannot take it back.
     nominated: bool = False
+    array_id: int | None = None  # a member of this array (JobArray): its ``%K`` limit applies
 
     @property
     def total(self) -> dict[str, int]:
@@ -81,6 +83,16 @@ class QueuedJob:
     def order_key(self) -> tuple[bool, int, datetime, int]:
         return (not self.nominated, -self.priority, self.queued_at, self.id)
 
+
+
+@dataclass(frozen=True)
+class ArrayState:
+    """An array with a ``%K`` limit: at most ``max_running`` of its members hold resources at once; ``holding`` do
+    now."""
+
+    id: int
+    max_running: int
+    holding: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,8 +177,10 @@ class _Decider:
     """One pass's working state: usage and free capacity charged as jobs are admitted or evicted."""
 
     def __init__(self, groups: Mapping[int, GroupState], running: Iterable[RunningJob], nodes: list[Node],
-                 now: datetime | None):
+                 now: datetime | None, arrays: Mapping[int, ArrayState] | None = None):
         self.now = now
+        self.arrays = {a.id: (a.max_running, a.holding) for a in (arrays or {}).values()}
+        self.array_holding = {i: holding for i, (_, holding) in self.arrays.items()}  # charged as members are admitted
         self.groups = {
             gid: GroupState(g.id, g.name, g.quotas, dict(g.usage), {u: dict(v) for u, v in g.user_usage.items()},
                             g.queue_stopped)
@@ -319,6 +333,12 @@ class _Decider:
 
         total = job.total
 
+        limit = self.arrays.get(job.array_id) if job.array_id is not None else None
+        if limit is not None and self.array_holding[job.array_id] >= limit[0]:  # its array's %K: waits, holds no one
+            self.wait(job, Reason.ARRAY_LIMIT, f"array {job.array_id} runs at most {limit[0]} at once",
+                      holds_queue=False)
+            return
+
         user_used = group.user_usage.setdefault(job.user_id, {})
         user_limits = {r: group.quotas.get(r, QuotaLimits()).user_quota for r in RESOURCES}
         miss = _first_excess(total, user_used, user_limits)
@@ -378,6 +398,8 @@ class _Decider:
         for r in RESOURCES:
             group.usage[r] = group.usage.get(r, 0) + total[r]
             user_used[r] = user_used.get(r, 0) + total[r]
+        if limit is not None:
+            self.array_holding[job.array_id] += 1
         message = "admitted over its group's quota, on idle resources (preemptible)" if over_quota else "admitted"
         if job.nominated:
             message += ", on the resources freed by the jobs it preempted"  # what job_admit's event says too
@@ -391,12 +413,15 @@ def decide(
     nodes: list[Node],
     running: Iterable[RunningJob] = (),
     now: datetime | None = None,
+    arrays: Mapping[int, ArrayState] | None = None,
 ) -> list[Outcome]:
     """Decide, for every queued job, admit / wait / inadmissible, and which running jobs to preempt.
 
     Mutates nothing it is given. ``nodes`` empty means capacity is not checked (e.g. a Kubernetes backend with
     capacity checking off). ``running`` are the jobs holding resources (candidates for preemption). ``now`` is
-    the pass's clock, for requeued jobs' delays.
+    the pass's clock, for requeued jobs' delays. ``arrays``: the arrays with a ``%K`` limit ({id: ArrayState}); a
+    member of one whose ``max_running`` members already hold resources (or were admitted earlier in this pass)
+    waits with reason ArrayLimit without holding its group's queue, as a user-quota wait.
 
     Once a job holds its group's queue (group quota, capacity, preempting), every later job of the group waits
     with reason BlockedByQueueHead and ``behind_message`` of that head, unless it can never fit; neither its user
@@ -404,7 +429,7 @@ def decide(
     among the waiting jobs given, so a caller that gives only each group's jobs up to its head gets their
     positions right, and may derive the others' (see ``jobs.selectors.queue_positions``).
     """
-    decider = _Decider(groups, running, nodes, now)
+    decider = _Decider(groups, running, nodes, now, arrays)
     for job in sorted(jobs, key=_order_key):
         decider.decide(job)
     return decider.outcomes

@@ -127,7 +127,7 @@ def decide_heads(backend: Backend, now: datetime) -> tuple[Snapshot, list[Outcom
     limits: dict[int, int] | None = None
     while True:
         snap = snapshot(backend, head_rows=limits)
-        outcomes = decide(snap.groups, snap.queued, snap.nodes, snap.running, now=now)
+        outcomes = decide(snap.groups, snap.queued, snap.nodes, snap.running, now=now, arrays=snap.arrays)
         short = short_groups(snap, outcomes)
         if not short:
             return snap, outcomes

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import F, Window
+from django.db.models import Count, F, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
-from jobs.models import Attempt, Group, GroupQuota, Job
+from jobs.models import Attempt, Group, GroupQuota, Job, JobArray
 from jobs.models import Node as NodeRow
 
 from .backends.base import Backend
-from .core import GroupState, QueuedJob, QuotaLimits, Reason, ReplicaPlacement, RunningJob
+from .core import ArrayState, GroupState, QueuedJob, QuotaLimits, Reason, ReplicaPlacement, RunningJob
 from .estimate import HeldJob
 from .values import Node
 
@@ -39,6 +39,7 @@ class Snapshot:
     estimates: dict[int, tuple[datetime | None, str]] = field(default_factory=dict)  # shown now, per queued job
     # Per group: how many of its first jobs were asked for, and the ids of those read (fewer: all of its queue).
     prefix: dict[int, tuple[int, set[int]]] = field(default_factory=dict)
+    arrays: dict[int, ArrayState] = field(default_factory=dict)  # the queued members' arrays with a %K limit
 
 
 QueueInfo = tuple[str, str, str, int | None]  # phase, reason, message, queue position
@@ -49,7 +50,7 @@ HEAD_ROWS = 1  # each group's first jobs in queue order that a pass reads at fir
 QUEUED_FIELDS = (
     "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
     "memory_bytes", "preemptible", "phase", "reason", "message", "retry_at", "instance_type_id",
-    "active_deadline_seconds", "estimated_start", "estimate_basis",
+    "active_deadline_seconds", "estimated_start", "estimate_basis", "array_id",
 )
 
 
@@ -86,12 +87,12 @@ def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) ->
 
     queued, shown, kinds, estimates = [], {}, {}, {}
     for (id_, name, group_id, user_id, priority, queued_at, replicas, gpu, cpu, memory, preemptible, phase, reason,
-         message, retry_at, itype, deadline, estimated_start, estimate_basis) in rows.values():
+         message, retry_at, itype, deadline, estimated_start, estimate_basis, array_id) in rows.values():
         queued.append(QueuedJob(
             id=id_, name=name, group_id=group_id, user_id=user_id, priority=priority, queued_at=queued_at,
             replicas=replicas, preemptible=preemptible, not_before=retry_at,
             request={"gpu": gpu, "cpu": cpu, "memory": memory},
-            nominated=phase == Phase.PENDING and reason == Reason.PREEMPTING,
+            nominated=phase == Phase.PENDING and reason == Reason.PREEMPTING, array_id=array_id,
         ))
         shown[id_] = (phase, reason, message, None)
         kinds[id_] = (user_id, group_id, name, itype, deadline)
@@ -113,7 +114,19 @@ def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) ->
         if h.running is not None:
             running.append(h.running)
     return Snapshot(groups, queued, running, nodes_with_free(backend.name, placed), shown, holding, kinds, estimates,
-                    {gid: (head_rows[gid], ids) for gid, ids in prefix.items()})
+                    {gid: (head_rows[gid], ids) for gid, ids in prefix.items()},
+                    array_limits({j.array_id for j in queued if j.array_id is not None}))
+
+
+def array_limits(array_ids: set[int]) -> dict[int, ArrayState]:
+    """The arrays of ``array_ids`` that have a ``%K`` limit, each with how many of its members hold resources now:
+    one query, whatever the number of arrays and members."""
+    if not array_ids:
+        return {}
+    rows = (JobArray.objects.filter(pk__in=array_ids, max_running__isnull=False)
+            .annotate(holding=Count("members", filter=Q(members__phase__in=sorted(RESOURCE_PHASES))))
+            .values_list("id", "max_running", "holding"))
+    return {id_: ArrayState(id_, max_running, holding) for id_, max_running, holding in rows}
 
 
 HOLDING_FIELDS = (

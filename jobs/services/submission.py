@@ -13,13 +13,16 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Value
 from django.utils import timezone
 
 from .. import limits
 from ..choices import JobType, Phase, Priority, Resource
+from ..dependencies import After
 from ..models import Group, GroupQuota, Image, InstanceType, Job, Membership, SubmitKey
 from ..rules import QuotaLimits, fmt_amount
 from ..wakeup import request_pass
+from .dependencies import after_problems, dependencies_record
 from .events import event_record
 
 
@@ -38,6 +41,7 @@ class JobSpec:
     backoff_limit: int
     active_deadline_seconds: int
     ttl_seconds_after_finished: int
+    after: tuple[After, ...] = ()  # what it waits for (jobs.dependencies), checked against what the user sees
 
 
 def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, preemptible: bool) -> str | None:
@@ -57,6 +61,16 @@ def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, pre
     return None
 
 
+def _with_allowed(model, name: str, group: Group | None):
+    """The image or instance type called ``name`` (None if there is none), with ``allowed``: whether ``group``
+    may use it."""
+    through = model.groups.through
+    column = f"{model._meta.model_name}_id"
+    allowed = (Exists(through.objects.filter(**{column: OuterRef("pk")}, group_id=group.pk)) if group
+               else Value(False))
+    return model.objects.filter(name=name).annotate(allowed=allowed).first()
+
+
 def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpec:
     """Check a submission against the user's groups, the group's images and instance types, and its quotas.
 
@@ -66,26 +80,28 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
     errors: dict[str, str] = {}
     group = image = instance_type = None
 
+    # One query per looked-up object, whether it is allowed read with it.
     group_name = data.get("group") or ""
-    group = Group.objects.filter(name=group_name).first()
+    group = Group.objects.filter(name=group_name).annotate(
+        member=Exists(Membership.objects.filter(group=OuterRef("pk"), user=user))).first()
     if group is None:
         errors["group"] = f"Unknown group '{group_name}'."
-    elif not (user.is_superuser or Membership.objects.filter(group=group, user=user).exists()):
+    elif not (user.is_superuser or group.member):
         errors["group"] = f"You are not a member of group '{group_name}'."
         group = None
 
     image_name = data.get("image") or ""
-    image = Image.objects.filter(name=image_name).first()
+    image = _with_allowed(Image, image_name, group)
     if image is None:
         errors["image"] = f"Unknown image '{image_name}'."
-    elif group and not image.groups.filter(pk=group.pk).exists():
+    elif group and not image.allowed:
         errors["image"] = f"Image '{image_name}' is not allowed in group '{group.name}'."
 
     it_name = data.get("instance_type") or ""
-    instance_type = InstanceType.objects.filter(name=it_name).first()
+    instance_type = _with_allowed(InstanceType, it_name, group)
     if instance_type is None:
         errors["instance_type"] = f"Unknown instance type '{it_name}'."
-    elif group and not instance_type.groups.filter(pk=group.pk).exists():
+    elif group and not instance_type.allowed:
         errors["instance_type"] = f"Instance type '{it_name}' is not allowed in group '{group.name}'."
 
     command = data.get("command") or ""
@@ -116,8 +132,12 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
         if problem:
             errors["replicas" if replicas > 1 else "instance_type"] = f"This job can never run: it {problem}."
 
-    if errors:
-        raise ValidationError({k: [v] for k, v in errors.items()})
+    after, after_errors = after_problems(user=user, value=data.get("after"))
+    messages = {k: [v] for k, v in errors.items()}
+    if after_errors:
+        messages["after"] = after_errors
+    if messages:
+        raise ValidationError(messages)
 
     job_type = data.get("job_type") or JobType.TRAINING
     return JobSpec(
@@ -140,6 +160,7 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
         ttl_seconds_after_finished=_or_default(
             data.get("ttl_seconds_after_finished"), settings.JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED
         ),
+        after=after,
     )
 
 
@@ -241,5 +262,8 @@ def job_submit(*, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str = 
             raise SubmitKeyTaken(idempotency_key) from exc
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
     event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
+    # Waits PENDING (reason Dependency) while one is not met; the rows stay in hand for the answer.
+    job.dependencies_recorded = (dependencies_record(jobs=[job], after=spec.after, user=user, now=now)
+                                 if spec.after else [])
     transaction.on_commit(request_pass, robust=True)
     return job

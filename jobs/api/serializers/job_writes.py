@@ -13,7 +13,9 @@ from rest_framework import serializers
 
 from jobs import limits
 from jobs.choices import JobType
+from jobs.dependencies import AFTER_MAX
 
+from .arrays import SweepField
 from .fields import EnvField, PriorityField, StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
 
 
@@ -39,6 +41,19 @@ class JobSubmitSerializer(StrictSerializer):
     ttl_seconds_after_finished = StrictIntegerField(
         required=False, allow_null=True, min_value=0, max_value=limits.TTL_MAX
     )
+    array = StrictCharField(
+        required=False, max_length=200,
+        help_text='Makes an array of member jobs: indices "0-99", "1,3,5-7", "0-15:4", with "%K" to run at most K '
+                  'at once ("0-99%8"; with a sweep only "%K"). The answer is then the array (`/arrays/{id}/`).',
+    )
+    sweep = SweepField(required=False)
+    after = serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=AFTER_MAX,
+        help_text='Start only after these end: [{"job": 12, "when": "ok"}, {"array": 5, "when": "any"}]; when is '
+                  "ok (succeeded, the default), notok (ended without succeeding) or any (ended), as Slurm's "
+                  "afterok/afternotok/afterany. Until then the job waits Pending with reason Dependency; it ends "
+                  "Cancelled (DependencyNeverSatisfied) when one can never be met.",
+    )
 
     def validate_command(self, value: str) -> str:
         if len(value.encode()) > limits.COMMAND_MAX_BYTES:
@@ -53,6 +68,8 @@ class JobCloneSerializer(JobSubmitSerializer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        for name in ("array", "sweep"):  # a clone is one job
+            self.fields.pop(name, None)
         for field in self.fields.values():
             field.required = False
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -18,6 +18,7 @@ from jobs.models import Job
 from .. import submit
 from ..exceptions import Conflict
 from ..schema import ErrorSerializer
+from ..serializers.arrays import ArrayDetailSerializer
 from ..serializers.job_writes import (
     BulkCancelResponseSerializer,
     BulkCancelSerializer,
@@ -25,6 +26,7 @@ from ..serializers.job_writes import (
     JobSubmitSerializer,
 )
 from ..serializers.jobs import JobDetailSerializer
+from .arrays import array_replay_answer, array_submit_answer
 from .query_params import VOCABULARY_PARAM, vocabulary_param
 
 
@@ -59,10 +61,14 @@ class JobActionsMixin:
                     "With an `Idempotency-Key` header a retried submit is safe: the same key with the same body "
                     "from the same user within 24 hours answers the job the first one made (201, its current "
                     "detail, `Idempotent-Replayed: true`) instead of making another; the same key with another "
-                    "body is a 422. Keys are per user.",
+                    "body is a 422. Keys are per user.\n\n"
+                    "With `array` (indices, e.g. `0-99%8`) or `sweep` (a grid, e.g. `{\"lr\": [0.0001, 0.0003]}`) "
+                    "one submit makes an array of member jobs in one transaction and answers 201 with the array "
+                    "(`ArrayDetail`: its members in index order, each with its `id`).",
         request=JobSubmitSerializer,
         parameters=[submit.IDEMPOTENCY_KEY_PARAM],
-        responses={201: JobDetailSerializer,
+        responses={201: PolymorphicProxySerializer("SubmitAnswer", [JobDetailSerializer, ArrayDetailSerializer],
+                                                   resource_type_field_name=None),
                    422: OpenApiResponse(ErrorSerializer,
                                         description="The Idempotency-Key was used with another request body.")},
     )
@@ -71,6 +77,15 @@ class JobActionsMixin:
         user, key = request.user, submit.idempotency_key(request)
         fingerprint = submit.fingerprint(request.data) if key else ""
         job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint) if key else None
+        if job is None and isinstance(request.data, dict) and ("array" in request.data or "sweep" in request.data):
+            try:
+                return array_submit_answer(request, key=key, fingerprint=fingerprint)
+            except services.SubmitKeyTaken:
+                job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint)
+                if job is None:
+                    raise Conflict("A submit with the same Idempotency-Key is in progress; try again.") from None
+        if job is not None and job.array_id is not None:  # a replayed array submit: the array it made
+            return array_replay_answer(job.array, request=request)
         if job is None:
             spec = submit.job_spec_checked(user=user, data=request.data)
             try:
