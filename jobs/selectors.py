@@ -45,12 +45,13 @@ def jobs_visible_to(user: AbstractBaseUser, *, group_ids: list[int] | None = Non
     return qs.filter(group__in=Membership.objects.filter(user=user).values("group_id"))
 
 
-def job_list(user: AbstractBaseUser, params: Mapping[str, Any] | None, *,
-             group_ids: list[int] | None = None) -> tuple[QuerySet[Job], dict]:
+def job_list(user: AbstractBaseUser, params: Mapping[str, Any] | None, *, group_ids: list[int] | None = None,
+             collapse_arrays: bool = False) -> tuple[QuerySet[Job], dict]:
     """The job list of the API and of the HTML page: the jobs ``user`` may see that match the list's filters
     (``jobs.filtersets.JobFilterSet``: group, user, phase, status, job type, dates, ``q`` name or id search),
     newest first; and the errors of the filters that were not understood (those filters are left out).
-    ``group_ids``: the user's groups, when the caller has read them already."""
+    ``group_ids``: the user's groups, when the caller has read them already. ``collapse_arrays`` (the HTML page):
+    an array's members make one row, at its first member's place (``jobs.list_arrays``)."""
     if user.is_superuser:
         visible = jobs_visible_to(user)
     else:
@@ -61,6 +62,10 @@ def job_list(user: AbstractBaseUser, params: Mapping[str, Any] | None, *,
         visible = jobs_visible_to(user, group_ids=group_ids)
     filterset = JobFilterSet(params or None, queryset=visible)
     jobs = filterset.qs.order_by("-id")
+    if collapse_arrays:
+        from .list_arrays import collapse_members
+
+        jobs = collapse_members(jobs)
     return jobs, (filterset.errors if filterset.is_bound else {})
 
 
@@ -264,7 +269,8 @@ QUEUE_ORDER_SQL = ("CASE WHEN j.reason = 'Preempting' THEN 0 ELSE 1 END, j.prior
 
 
 def queue_positions(job_ids: Iterable[int]) -> dict[int, int]:
-    """The queue position (1..n in its group, among the waiting jobs) of each of ``job_ids`` that is PENDING:
+    """The queue position (1..n in its group, among the queued jobs: not those waiting on a dependency) of each of
+    ``job_ids`` that is PENDING:
     {job id: position}. Derived when read, in one query (a window function over the queue order of those jobs'
     groups), so a scheduling pass never rewrites positions when the jobs ahead move."""
     ids = sorted({int(i) for i in job_ids})
@@ -274,7 +280,7 @@ def queue_positions(job_ids: Iterable[int]) -> dict[int, int]:
     marks = ", ".join(["%s"] * len(ids))
     sql = (
         f"SELECT r.id, r.position FROM (SELECT j.id, ROW_NUMBER() OVER (PARTITION BY j.group_id ORDER BY "
-        f"{QUEUE_ORDER_SQL}) AS position FROM {table} j WHERE j.phase = %s AND j.group_id IN "
+        f"{QUEUE_ORDER_SQL}) AS position FROM {table} j WHERE j.phase = %s AND NOT j.dependency_wait AND j.group_id IN "
         f"(SELECT k.group_id FROM {table} k WHERE k.id IN ({marks}) AND k.phase = %s)) r WHERE r.id IN ({marks})"
     )
     with connections[Job.objects.db].cursor() as cursor:

@@ -12,7 +12,7 @@ FIELDS = {
     "preemptible", "backoff_limit", "active_deadline_seconds", "ttl_seconds_after_finished", "request", "phase",
     "status", "color", "color_name", "reason", "message", "exit_code", "queue_position", "over_quota", "created_at",
     "admitted_at", "started_at", "finished_at", "current_attempt", "attempts", "events", "estimated_start",
-    "estimate_basis",
+    "estimate_basis", "after", "waited_by",
 }
 
 
@@ -22,7 +22,7 @@ def test_detail_of_an_admitted_job(world, submit, client_for, django_assert_max_
     schedule_pass()
     client = client_for("pan")
 
-    with django_assert_max_num_queries(4):  # token+user, job, attempts, events
+    with django_assert_max_num_queries(5):  # token+user, job, attempts, events, dependencies both ways
         response = client.get(job_url(job.pk))
     assert response.status_code == 200
     data = response.json()

@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs import vocabularies
+from jobs.dependency_selectors import JobDependencies, dependencies_in_hand, job_dependencies
 from jobs.models import Attempt, Job, JobEvent
 from jobs.selectors import job_events, with_queue_positions
 
@@ -129,15 +130,46 @@ class JobSerializer(serializers.ModelSerializer):
         return data
 
 
+class DependencySerializer(serializers.Serializer):
+    job = serializers.IntegerField(required=False, help_text="The job it waits for (or array).")
+    array = serializers.IntegerField(required=False, help_text="The array it waits for (every member to end).")
+    when = serializers.ChoiceField(choices=["ok", "notok", "any"])
+    satisfied = serializers.BooleanField()
+
+
 class JobDetailSerializer(JobSerializer):
-    """A job with its attempts and its events (oldest first)."""
+    """A job with its attempts, its events (oldest first) and its dependencies both ways."""
 
     attempts = AttemptSerializer(many=True, read_only=True)
     events = serializers.SerializerMethodField()
+    after = serializers.SerializerMethodField()
+    waited_by = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "attempts", "events"]
+        fields = [*JobSerializer.Meta.fields, "attempts", "events", "after", "waited_by"]
         read_only_fields = fields
+
+    def _dependencies(self, job: Job) -> JobDependencies:
+        """Both lists from one query, kept for the second field."""
+        if getattr(job, "_dependencies_shown", None) is None:
+            recorded = getattr(job, "dependencies_recorded", None)
+            if recorded is not None:  # just submitted: its rows are in hand, and nothing can wait for it yet
+                job._dependencies_shown = dependencies_in_hand(recorded)
+            else:
+                viewer = getattr(self.context.get("request"), "user", None)
+                job._dependencies_shown = job_dependencies(job, viewer if viewer and viewer.is_authenticated
+                                                           else None)
+        return job._dependencies_shown
+
+    @extend_schema_field(DependencySerializer(many=True))
+    def get_after(self, job: Job) -> list[dict]:
+        """What it waits for: each job or array, when, and whether that is met."""
+        return [{d.kind: d.id, "when": d.when, "satisfied": d.satisfied} for d in self._dependencies(job).after]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_waited_by(self, job: Job) -> list[int]:
+        """The jobs that wait for this one (or for its array) that the caller may see."""
+        return list(dict.fromkeys(d.id for d in self._dependencies(job).waited_by))
 
     @extend_schema_field(EventSerializer(many=True))
     def get_events(self, job: Job) -> list[dict]:
