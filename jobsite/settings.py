@@ -424,3 +424,37 @@ if JOBSITE_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+
+# --- notifications -------------------------------------------------------------------------------------------
+# Users subscribe to events of their jobs (ended, succeeded, failed, running) by email or webhook. Email goes
+# through Django's email backend: the console backend (printed by the server) unless EMAIL_BACKEND names another,
+# e.g. django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER,
+# EMAIL_HOST_PASSWORD and EMAIL_USE_TLS.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="jobsite <jobsite@localhost>")
+# The site's address as users reach it: the links in notifications (a job's page is <JOBSITE_BASE_URL>/jobs/<id>/).
+JOBSITE_BASE_URL = env.str("JOBSITE_BASE_URL", default=f"http://127.0.0.1:{PORT}")
+# Webhooks to this machine, loopback, link-local, private (RFC 1918, unique-local IPv6) or other non-global addresses
+# are refused, when subscribing and again at each send, unless the host name, or the address it resolves to (by
+# CIDR), is listed here: comma-separated host names or CIDRs, e.g. "hooks.lab.internal,10.20.0.0/16".
+JOBSITE_NOTIFY_ALLOW_HOSTS = env.list("JOBSITE_NOTIFY_ALLOW_HOSTS", default=[])
+# One webhook POST's connect and read timeout, in seconds.
+JOBSITE_NOTIFY_TIMEOUT_SECONDS = env.float("JOBSITE_NOTIFY_TIMEOUT_SECONDS", default=10.0)
+# A worker that took a notification holds it this long (no other worker sends it meanwhile); after that a worker
+# that died mid-send is presumed gone and the sweep sends it again, with the same delivery id. Keep it well above
+# the timeout.
+JOBSITE_NOTIFY_LEASE_SECONDS = env.float("JOBSITE_NOTIFY_LEASE_SECONDS", default=120.0)
+# Tries before a notification is given up (FAILED, with a Warning event on the job); the wait after the n-th failed
+# try is JOBSITE_NOTIFY_BACKOFF_SECONDS × 2^(n-1), at most an hour.
+JOBSITE_NOTIFY_MAX_TRIES = env.int("JOBSITE_NOTIFY_MAX_TRIES", default=8)
+JOBSITE_NOTIFY_BACKOFF_SECONDS = env.float("JOBSITE_NOTIFY_BACKOFF_SECONDS", default=30.0)
+# How often the Celery beat (or the embedded sender) sweeps for due notifications no task took, and retries.
+JOBSITE_NOTIFY_SWEEP_SECONDS = env.float("JOBSITE_NOTIFY_SWEEP_SECONDS", default=10.0)
+# Send from a thread of the web process instead of the Celery worker: the embedded default (`make run`, no Redis and
+# so no worker); production (REDIS_URL) sends from the worker.
+JOBSITE_NOTIFY_INPROCESS = env.bool("JOBSITE_NOTIFY_INPROCESS", default=not REDIS_URL)

@@ -1,12 +1,15 @@
-"""The API's URLs under /api/v1/: auth, jobs and groups (routers), cluster figures, vocabularies, a 404 for the rest."""
+"""The API's URLs under /api/v1/: auth, jobs, groups and arrays (routers), cluster figures, vocabularies, a 404
+for the rest."""
 
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
+from .views.arrays import ArrayViewSet
 from .views.cluster import UsageApi, UtilisationApi
 from .views.groups import GroupViewSet
 from .views.jobs import JobViewSet
 from .views.not_found import NotFoundApi
+from .views.notifications import NotificationViewSet
 from .views.tokens import TokenApi
 from .views.vocabularies import VocabulariesApi
 
@@ -15,6 +18,8 @@ app_name = "api"
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
 router.register("groups", GroupViewSet, basename="group")
+router.register("notifications", NotificationViewSet, basename="notification")
+router.register("arrays", ArrayViewSet, basename="array")
 
 urlpatterns = [
     path("auth/token/", TokenApi.as_view(), name="token"),
