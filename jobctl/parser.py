@@ -9,7 +9,8 @@ from .actions import cmd_cancel, cmd_restart, cmd_stop
 from .auth import cmd_login, cmd_logout
 from .cluster import cmd_groups, cmd_queue, cmd_usage, cmd_util
 from .logs import cmd_logs
-from .show import cmd_describe, cmd_get, cmd_list
+from .notify import EVENTS, cmd_notify_add, cmd_notify_list, cmd_notify_rm
+from .show import cmd_describe, cmd_get, cmd_list, get_target
 from .submit import cmd_clone, cmd_submit
 
 EPILOG = """\
@@ -34,6 +35,11 @@ examples:
   jobctl login --server http://127.0.0.1:8000
   jobctl submit -f job.yaml
   jobctl submit -g phusers --image base-notebook -t gpu-1 -- python train.py --epochs 3
+  jobctl submit -f job.yaml --array 0-99%8
+  jobctl submit -f job.yaml --sweep lr=1e-4,3e-4,1e-3 --sweep bs=32,64 --array %2
+  jobctl submit -f eval.yaml --after array/5:ok
+  jobctl get array/5
+  jobctl notify add --webhook https://hooks.example.org/jobs --slack --on ended,failed
   jobctl list --phase PENDING --phase RUNNING
   jobctl logs -f 42
   jobctl logs 42 --failed --attempt 2
@@ -96,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--file", help="job spec in YAML ('-' for stdin)")
     p.add_argument("--vocabulary", help=argparse.SUPPRESS)
     add_spec_flags(p)
+    p.add_argument("--array", metavar="INDICES", help="an array of jobs, one per index (JOB_ARRAY_INDEX), e.g. "
+                                                    "0-99, 1,3,5-7; %%K runs at most K at once (0-99%%8); with "
+                                                    "--sweep only the limit (%%2)")
+    p.add_argument("--sweep", action="append", metavar="NAME=V1,V2",
+                   help="sweep a parameter (repeatable: the grid's product), one job per combination with "
+                        "SWEEP_<NAME> set; values that look like numbers are sent as numbers")
+    p.add_argument("--after", action="append", metavar="ID[:ok|notok|any]",
+                   help="start only after job ID (or array/ID) succeeded (ok, the default), ended without "
+                        "succeeding (notok) or ended (any); repeatable")
 
     p = add("list", cmd_list, "list jobs of your groups, newest first")
     p.add_argument("-g", "--group")
@@ -111,11 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--page", type=int, default=None)
     p.add_argument("--all", action="store_true", help="every matching job (all pages)")
 
-    for name, func, text in (("get", cmd_get, "show a job's state"),
-                             ("describe", cmd_describe, "show a job's spec, state, attempts and events")):
-        p = add(name, func, text)
-        p.add_argument("id", type=int)
-        p.add_argument("--vocabulary", help="also show the status as runai, kueue, mcli, modelarts or primehub would")
+    p = add("get", cmd_get, "show a job's state, or an array's (array/ID) with its counts and members")
+    p.add_argument("id", type=get_target, metavar="ID|array/ID")
+    p.add_argument("--vocabulary", help="also show the status as runai, kueue, mcli, modelarts or primehub would")
+    p = add("describe", cmd_describe, "show a job's spec, state, attempts and events")
+    p.add_argument("id", type=int)
+    p.add_argument("--vocabulary", help="also show the status as runai, kueue, mcli, modelarts or primehub would")
 
     p = add("logs", cmd_logs, "print a replica's log; -f follows it until the job ends")
     p.add_argument("id", type=int)
@@ -139,6 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("clone", cmd_clone, "submit a copy of a job (flags change fields of the copy)")
     p.add_argument("id", type=int)
     add_spec_flags(p, for_clone=True)
+
+    p = sub.add_parser("notify", help="be told of your jobs' events by webhook or email",
+                       description="Subscribe to events of your jobs (" + ", ".join(EVENTS) + ").")
+    notify = p.add_subparsers(dest="notify_cmd", metavar="ACTION", required=True)
+    p = notify.add_parser("add", parents=[common], help="subscribe: --webhook URL or --email [ADDRESS], --on EVENTS")
+    p.set_defaults(func=cmd_notify_add)
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--webhook", metavar="URL", help="POST a JSON body to URL")
+    to.add_argument("--email", nargs="?", const="", metavar="ADDRESS", help="send an email (default: your "
+                                                                           "account's address)")
+    p.add_argument("--slack", action="store_true", help="with --webhook: a Slack-compatible body")
+    p.add_argument("--on", action="append", required=True, metavar="EVENTS",
+                   help="comma-separated: " + ", ".join(EVENTS) + " (repeatable)")
+    p = notify.add_parser("list", parents=[common], help="your subscriptions")
+    p.set_defaults(func=cmd_notify_list)
+    p = notify.add_parser("rm", parents=[common], help="end subscriptions")
+    p.set_defaults(func=cmd_notify_rm)
+    p.add_argument("ids", type=int, nargs="+", metavar="ID")
 
     p = add("queue", cmd_queue, "a group's queue in order, with reasons")
     p.add_argument("group")

@@ -1,8 +1,9 @@
-"""The commands that show jobs: `jobctl list` (a table of jobs), `jobctl get` (a job's state) and `jobctl describe`
-(its spec, state, attempts and events)."""
+"""The commands that show jobs: `jobctl list` (a table of jobs), `jobctl get` (a job's state, or an array's with its
+members) and `jobctl describe` (its spec, state, attempts and events)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
@@ -102,8 +103,51 @@ def _spec_fields(job: dict) -> list[tuple[str, Any]]:
     ]
 
 
+def get_target(value: str) -> tuple[str, int]:
+    """`jobctl get`'s argument: ``42`` (a job) or ``array/5``; argparse's type (a usage error otherwise)."""
+    kind, _, number = value.strip().rpartition("/")
+    kind = kind.lower() or "job"
+    if kind not in ("job", "array") or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r}: give a job id (42) or an array (array/5)")
+    return kind, int(number)
+
+
+def _array_fields(array: dict) -> list[tuple[str, Any]]:
+    counts = array.get("counts") or {}
+    pairs: list[tuple[str, Any]] = [
+        ("Array", array["id"]), ("Name", array["name"]), ("Group", array["group"]), ("User", array["user"]),
+        ("Kind", f"{'sweep' if array.get('sweep') else 'array'} of {array['size']}"),
+    ]
+    if array.get("indices"):
+        pairs.append(("Indices", array["indices"]))
+    if array.get("sweep"):
+        pairs.append(("Sweep", "\n".join(f"{k}={','.join(str(v) for v in vals)}"
+                                         for k, vals in array["sweep"].items())))
+    if array.get("max_running"):
+        pairs.append(("At once", f"at most {array['max_running']}"))
+    pairs += [("Counts", ", ".join(f"{phase.capitalize().replace('_', ' ')} {n}" for phase, n in counts.items())
+               or "-"), ("Created", array.get("created_at"))]
+    return pairs
+
+
+def _get_array(api: Api, array_id: int, out: Printer) -> int:
+    array = api.get(f"/api/v1/arrays/{array_id}/")
+    if out.data(array):
+        return EXIT_OK
+    out.fields(_array_fields(array))
+    out.line()
+    rows = [[m["id"], m["array_index"], m["name"],
+             ",".join(f"{k}={v}" for k, v in (m.get("array_params") or {}).items()) or "-",
+             m.get("status") or m.get("phase"), m.get("reason") or ""] for m in array.get("members") or []]
+    out.table(["ID", "INDEX", "NAME", "PARAMS", "STATUS", "REASON"], rows)
+    return EXIT_OK
+
+
 def cmd_get(api: Api, args, out: Printer) -> int:
-    job = api.get(job_path(args.id), vocabulary=args.vocabulary)
+    kind, target = args.id if isinstance(args.id, tuple) else ("job", args.id)
+    if kind == "array":
+        return _get_array(api, target, out)
+    job = api.get(job_path(target), vocabulary=args.vocabulary)
     if out.data(job):
         return EXIT_OK
     out.fields(_state_fields(out, job))

@@ -1,9 +1,10 @@
-"""The commands that make a job: `jobctl submit` (from a YAML file and/or flags) and `jobctl clone`, and the job
-spec built from their flags."""
+"""The commands that make a job: `jobctl submit` (from a YAML file and/or flags; with --array or --sweep an array
+of jobs, with --after jobs it waits for) and `jobctl clone`, and the job spec built from their flags."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,56 @@ def spec_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         spec["command"] = command
     if getattr(args, "env", None):
         spec["env"] = _env_pairs(args.env)
+    if getattr(args, "array", None) is not None:
+        spec["array"] = args.array
+    if getattr(args, "sweep", None):
+        spec["sweep"] = sweep_from_flags(args.sweep)
+    if getattr(args, "after", None):
+        spec["after"] = [after_from_flag(item) for item in args.after]
     return spec
+
+
+def sweep_value(text: str) -> str | int | float:
+    """A value as typed: a number when it looks like one ("32" → 32, "1e-4" → 0.0001), else the text."""
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
+def sweep_from_flags(values: list[str]) -> dict[str, list[str | int | float]]:
+    """``--sweep lr=1e-4,3e-4 --sweep bs=32,64`` → {"lr": [0.0001, 0.0003], "bs": [32, 64]}."""
+    sweep: dict[str, list[str | int | float]] = {}
+    for item in values:
+        name, sep, rest = item.partition("=")
+        name = name.strip()
+        parts = [v for v in rest.split(",") if v.strip()]
+        if not sep or not name or not parts:
+            raise UsageError(f"--sweep {item!r}: use NAME=VALUE,VALUE,...")
+        if name in sweep:
+            raise UsageError(f"--sweep {name} is given twice")
+        sweep[name] = [sweep_value(v) for v in parts]
+    return sweep
+
+
+AFTER_WHEN = ("ok", "notok", "any")
+
+
+def after_from_flag(item: str) -> dict[str, Any]:
+    """``12``, ``12:any`` or ``array/5:notok`` → {"job": 12, "when": "any"} / {"array": 5, "when": "notok"}."""
+    target, _, when = item.strip().partition(":")
+    kind, _, number = target.strip().rpartition("/")
+    kind = kind.lower() or "job"
+    when = when.strip().lower() or "ok"
+    if kind not in ("job", "array") or not number.isdigit() or int(number) < 1 or when not in AFTER_WHEN:
+        raise UsageError(f"--after {item!r}: use ID, ID:ok|notok|any or array/ID:ok|notok|any")
+    return {kind: int(number), "when": when}
 
 
 def _quote(arg: str) -> str:
@@ -91,9 +141,21 @@ def cmd_submit(api: Api, args, out: Printer) -> int:
     # One Idempotency-Key per invocation, the same on each try: a submit sent again after a lost reply or a 5xx
     # gets the job the first try made instead of making another.
     job = api.submit("/api/v1/jobs/", params={"vocabulary": args.vocabulary}, **body).json()
-    if not out.data(job):
+    if out.data(job):
+        return EXIT_OK
+    if "members" in job and "size" in job:  # an array or sweep: the array resource
+        print_array_brief(out, job)
+    else:
         print_job_brief(out, job, f"submitted to {job['group']}")
     return EXIT_OK
+
+
+def print_array_brief(out: Printer, array: dict) -> None:
+    kind = "sweep" if array.get("sweep") else "array"
+    limit = f", at most {array['max_running']} at once" if array.get("max_running") else ""
+    out.line(f"{kind} {array['id']} ({array['name']}) submitted to {array['group']}: "
+             f"{array['size']} member{'' if array['size'] == 1 else 's'}{limit}")
+    out.line(f"  jobctl get array/{array['id']}")
 
 
 def cmd_clone(api: Api, args, out: Printer) -> int:

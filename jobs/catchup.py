@@ -188,7 +188,7 @@ def list_page(user_id: int, params: str, page: int, shown: set[int] | None,
     from .views import PAGE_SIZE
 
     user = get_user_model().objects.get(pk=user_id)
-    jobs, _ = selectors.job_list(user, QueryDict(params))  # the page's query
+    jobs, _ = selectors.job_list(user, QueryDict(params), collapse_arrays=True)  # the page's query
     start = (page - 1) * PAGE_SIZE
     stamps = list(jobs[start:start + PAGE_SIZE].values_list(
         "id", "updated_at", "phase", "estimated_start", "estimate_basis"))  # the last two change apart

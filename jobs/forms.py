@@ -1,4 +1,4 @@
-"""Forms of the web UI: the job list filter and the submit form.
+"""Forms of the web UI: the job list filter and the submit form (with its optional array, sweep and after fields).
 
 The submit form only type-checks; what may be submitted (membership, the group's images and instance types,
 quotas, bounds) is decided by ``jobs.services.job_spec_validate``, whose per-field errors the view maps back.
@@ -6,6 +6,7 @@ quotas, bounds) is decided by ``jobs.services.job_spec_validate``, whose per-fie
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import forms
@@ -57,6 +58,39 @@ def parse_env(text: str) -> dict[str, str]:
             raise forms.ValidationError(f"Line {number}: {key} is set twice.", code="env_duplicate")
         env[key] = value
     return env
+
+
+def sweep_value(text: str) -> str | int | float:
+    """A sweep value as written: a number when it looks like one ("3" → 3, "1e-4" → 0.0001), else the text."""
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
+def parse_sweep(text: str) -> dict[str, list[str | int | float]]:
+    """``name=v1,v2,...`` per line (blank lines and ``#`` comments skipped) → {name: [values]}. What the names and
+    values may be is the service's check; this only reads the lines, naming the one it cannot read."""
+    sweep: dict[str, list[str | int | float]] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, values = line.partition("=")
+        name = name.strip()
+        if not sep or not name or not values.strip():
+            raise forms.ValidationError(f"Line {number} ({_quote(line)}): expected name=value,value,…",
+                                        code="sweep_line")
+        if name in sweep:
+            raise forms.ValidationError(f"Line {number}: {name} is swept twice.", code="sweep_duplicate")
+        sweep[name] = [sweep_value(v) for v in values.split(",") if v.strip()]
+    return sweep
 
 
 def _quote(line: str, width: int = 40) -> str:
@@ -125,6 +159,26 @@ class JobSubmitForm(forms.Form):
     retries = forms.IntegerField(
         required=False, min_value=0, max_value=limits.BACKOFF_LIMIT_MAX,
     )
+    # Many jobs from one submission, and what they wait for.
+    array = forms.CharField(
+        required=False, max_length=200, label="Array",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. 0-9%2", "autocomplete": "off", "class": "mono"}),
+        help_text="One job per index (JOB_ARRAY_INDEX), e.g. 0-99; %K runs at most K at once. "
+                  "With a sweep, only the limit: %2.",
+    )
+    sweep = forms.CharField(
+        strip=False, required=False, label="Sweep",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono",
+                                     "placeholder": "lr=1e-4,3e-4,1e-3\nbs=32,64"}),
+        help_text="One name=values line per parameter: one job per combination, each with SWEEP_<NAME> set.",
+    )
+    after = forms.CharField(
+        strip=False, required=False, label="After",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "class": "mono",
+                                     "placeholder": "12:ok, array/5:any"}),
+        help_text="Start only after these end: a job id or array/ID, then :ok (succeeded, the default), "
+                  ":notok or :any; separated by commas or lines.",
+    )
 
     def __init__(self, *args: Any, user, group: Group | None, groups: list[Group], **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -160,6 +214,27 @@ class JobSubmitForm(forms.Form):
     def clean_env(self) -> dict[str, str]:
         return parse_env(self.cleaned_data.get("env") or "")
 
+    def clean_sweep(self) -> dict[str, list[str | int | float]]:
+        return parse_sweep(self.cleaned_data.get("sweep") or "")
+
+    def clean_after(self) -> list[dict[str, Any]]:
+        from .dependencies import AfterInvalid, after_from_text
+
+        try:
+            return after_from_text((self.cleaned_data.get("after") or "").replace("\n", ","))
+        except AfterInvalid as exc:
+            raise forms.ValidationError(str(exc), code="after") from exc
+
+    @property
+    def is_array(self) -> bool:
+        """Whether the submission makes an array (its array or sweep field is filled in)."""
+        return bool((self.data.get("array") or "").strip() or (self.data.get("sweep") or "").strip())
+
+    def array_data(self) -> dict[str, Any]:
+        """The array text and sweep grid, as ``array_plan_validate`` takes them (None when left blank)."""
+        d = self.cleaned_data
+        return {"array": (d.get("array") or "").strip() or None, "sweep": d.get("sweep") or None}
+
     def spec_data(self) -> dict[str, Any]:
         """The type-checked values, named as ``job_spec_validate`` expects (fields that failed are left out)."""
         d = self.cleaned_data
@@ -178,6 +253,8 @@ class JobSubmitForm(forms.Form):
         }
         if d.get("replicas") is not None:
             data["replicas"] = d["replicas"]
+        if d.get("after"):
+            data["after"] = d["after"]
         return data
 
     def add_service_errors(self, message_dict: dict[str, list[str]]) -> None:

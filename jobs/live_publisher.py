@@ -1,6 +1,6 @@
 """Publishing job changes: each change of a job is rendered once, as the row of the job list
-(``jobs/_job_row.html``, the template the page itself is drawn from), and sent after commit as one channel-layer
-message per audience.
+(``jobs/_job_row.html``, the template the page itself is drawn from; a member of an array as its array's row,
+``jobs/_array_row.html``), and sent after commit as one channel-layer message per audience.
 
 Audiences (channel-layer groups):
   ``jobs.group.<group id>``  the rows of that job group's changed jobs (its members' list, queue and detail pages)
@@ -58,8 +58,27 @@ def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
     jobs = Job.objects.filter(pk__in=ids).select_related("group", "user", "instance_type").order_by("id")
     jobs = selectors.with_queue_positions(jobs)  # derived where read, as the page does
     at = time.time()
-    return [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
-             "row": template.render({"job": job}).strip()} for job in jobs]
+    items = [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
+              "row": template.render({"job": job}).strip()} for job in jobs if not job.array_id]
+    return items + _array_items({job.array_id for job in jobs if job.array_id}, at)
+
+
+def _array_items(array_ids: set[int], at: float) -> list[dict[str, Any]]:
+    """A changed member's array row (``jobs/_array_row.html``), keyed by its first member (the row's place in the
+    list): each array once however many of its members changed."""
+    if not array_ids:
+        return []
+    from django.template.loader import get_template
+
+    from .list_arrays import array_rows
+    from .models import Job
+
+    template = get_template("jobs/_array_row.html")
+    rows = array_rows(array_ids)
+    firsts = Job.objects.select_related("instance_type").in_bulk([r.first_id for r in rows.values()])
+    return [{"id": row.first_id, "group_id": row.array.group_id, "phase": firsts[row.first_id].phase, "at": at,
+             "row": template.render({"row": row, "job": firsts[row.first_id]}).strip()}
+            for row in rows.values() if row.first_id in firsts]
 
 
 def change_messages(items: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

@@ -1,8 +1,9 @@
-"""The server-rendered pages' URLs (namespace ``jobs``); the views are in ``jobs.views``."""
+"""The server-rendered pages' URLs (namespace ``jobs``); the views are in ``jobs.views`` (arrays' in
+``jobs.array_views``)."""
 
 from django.urls import path
 
-from . import views
+from . import array_views, notification_views, views
 
 app_name = "jobs"
 urlpatterns = [
@@ -13,8 +14,12 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", views.cancel_action, name="cancel"),
     path("jobs/<int:pk>/stop/", views.stop_action, name="stop"),
     path("jobs/<int:pk>/restart/", views.restart_action, name="restart"),
+    path("arrays/<int:pk>/", array_views.array_page, name="array"),
+    path("arrays/<int:pk>/<slug:action>/", array_views.array_action, name="array_action"),
     path("jobs/<int:pk>/attempts/<int:number>/replicas/<int:rank>/log", views.replica_log_download, name="log"),
     path("groups/<slug:name>/queue/", views.queue_page, name="queue"),
     path("utilisation/", views.utilisation_page, name="utilisation"),
     path("usage/", views.usage_page, name="usage"),
+    path("notifications/", notification_views.notifications_page, name="notifications"),
+    path("notifications/<int:pk>/delete/", notification_views.notification_delete_action, name="notification-delete"),
 ]

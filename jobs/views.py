@@ -19,6 +19,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -26,11 +27,12 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import logs, selectors, services
+from . import list_arrays, logs, selectors, services
 from .api import auth
 from .choices import Phase, Resource
 from .forms import JobFilterForm, JobSpecYamlForm, JobSubmitForm, initial_from_job
 from .models import Attempt, Job
+from .services import arrays as array_services
 from .state_machine import COLOR_NAMES, PHASE_COLORS, Color, is_terminal
 
 PAGE_SIZE = 50
@@ -87,7 +89,7 @@ def _legend() -> list[dict]:
 
 def _job_page(request: HttpRequest, group_ids: list[int] | None = None):
     # The API's query; filters not understood are left out.
-    jobs = selectors.job_list(request.user, request.GET, group_ids=group_ids)[0]
+    jobs = selectors.job_list(request.user, request.GET, group_ids=group_ids, collapse_arrays=True)[0]
     return selectors.JobPaginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
 
 
@@ -106,6 +108,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     filter_form = JobFilterForm(request.GET or None, groups=groups)
     page = _job_page(request, [pk for pk, _ in group_rows])
     selectors.with_queue_positions(page.object_list)  # derived, not stored
+    list_arrays.with_array_rows(page.object_list)  # an array's row: its members counted per status
     filtered = any(request.GET.get(k) for k in ("group", "phase", "user", "q"))
     count_exact = page.paginator.count_exact
     return render(request, "jobs/job_list.html", {
@@ -151,13 +154,13 @@ def submit_page(request: HttpRequest) -> HttpResponse:
         form.is_valid()  # type checks first, then the service decides what may run
         try:
             spec = services.job_spec_validate(user=request.user, data=form.spec_data())
+            plan = None
+            if form.is_array and not (form.has_error("array") or form.has_error("sweep")):
+                plan = array_services.array_plan_validate(spec=spec, **form.array_data())
+            if form.is_valid():
+                return _submitted(request, spec, plan)
         except ValidationError as exc:
             form.add_service_errors(exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages})
-        else:
-            if form.is_valid():
-                job = services.job_submit(user=request.user, spec=spec)
-                messages.success(request, f"Job #{job.pk} “{job.name}” submitted to {job.group.name}.")
-                return redirect("jobs:detail", pk=job.pk)
     elif request.method == "POST":
         # Without JavaScript: "Update choices" re-renders the form for the chosen group, keeping what was typed.
         form = form_for(request.POST.get("group"), initial=request.POST.dict())
@@ -183,6 +186,22 @@ def submit_page(request: HttpRequest) -> HttpResponse:
     if request.htmx:
         return render(request, "jobs/_group_fields.html", context)
     return render(request, "jobs/job_submit.html", context)
+
+
+def _submitted(request: HttpRequest, spec, plan) -> HttpResponse:
+    """Make the job (or the array, with ``plan``) with what it waits for (``spec.after``); off to its page.
+    ``ValidationError`` (a target that ended the other way meanwhile) leaves nothing made."""
+    with transaction.atomic():  # a savepoint of its own: a refused dependency leaves the request usable
+        if plan is not None:
+            array = array_services.array_submit(user=request.user, spec=spec, plan=plan, after=list(spec.after) or None)
+        else:
+            job = services.job_submit(user=request.user, spec=spec)
+    if plan is not None:
+        messages.success(request, f"Array {array.pk} “{array.name}” of {array.size} jobs submitted to "
+                                  f"{array.group.name}.")
+        return redirect("jobs:array", pk=array.pk)
+    messages.success(request, f"Job #{job.pk} “{job.name}” submitted to {job.group.name}.")
+    return redirect("jobs:detail", pk=job.pk)
 
 
 # --- detail -------------------------------------------------------------------------------------------------
