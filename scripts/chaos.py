@@ -30,7 +30,10 @@ At the end it waits (``--deadline`` seconds) for every job to end and prints, ea
   trail holes       ended jobs whose events lack what their path requires (Submitted, an Admitted per attempt, a
                     Started per attempt that ran and none for one that never did, Completed for a success, the
                     cancel and its Terminated; chaos_report.py)
-and exits 1 if any is not. Beside them, what the kills cost, each with issue 21's goal (printed, not checked): the
+  HTTP 5xx answers  answers of the web that were server errors (a dropped database connection, a saved submit)
+  failed rounds     scheduler rounds that failed (one whose connection the database ended runs again at once)
+``--db-kills`` times (4) PostgreSQL ends every connection of the topology to its database, as a restart does.
+It exits 1 if any is not. Beside them, what the kills cost, each with issue 21's goal (printed, not checked): the
 GPU-seconds held by attempts with nothing running (in all, per kill, the worst attempts), the longest queue stall,
 the run's wall time (first submit to every job ended; compare a run with ``--kills 0``), and the machine's load at
 the start and the end. The logs of the processes are kept in the printed directory.
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--db-kills", type=int, default=4, help="times PostgreSQL ends every connection of the "
+                        "topology to its database (pg_terminate_backend) at random moments (default 4)")
     parser.add_argument("--fast", action="store_true", help="shortened recovery timeouts (CI's short form); "
                                                             "default: the product's own")
     parser.add_argument("--window", type=float, help="seconds over which the kills are spread (default: 0.5 s a job)")
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     window = args.window or max(20.0, 0.5 * args.jobs)
     jobs, kills = plan(rng, args.jobs, args.kills, window)
+    db_kills = sorted(round(rng.uniform(2, window), 2) for _ in range(args.db_kills))
     var = Path(args.var or tempfile.mkdtemp(prefix="jobsite-chaos-")).resolve()
     var.mkdir(parents=True, exist_ok=True)
     kinds = Counter(j.kind for j in jobs)
@@ -99,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 else "the product's default timeouts")
     print(f"chaos: seed {args.seed}, {args.jobs} jobs ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}), "
           f"{len(kills)} kills ({', '.join(f'{n} {v}' for v, n in sorted(Counter(k.victim for k in kills).items()))}) "
+          f"and {len(db_kills)} of the database's connections "
           f"over {window:.0f} s, {timeouts}; load {load_at_start} (1 / 5 / 15 min, {os.cpu_count()} CPUs); logs in "
           f"{var}", flush=True)
 
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         submit_deadline = t0 + window + args.deadline
         stop = threading.Event()
+        server_errors: list[str] = []  # 5xx answers: a saved submit or a dropped connection must never give one
+        ended_connections: list[int] = []  # per database kill, the connections PostgreSQL ended
         sampler = Sampler(psycopg.connect(f"{PG}/{args.database}", autocommit=True), root_id, args.gpus,
                           topology.killed, allowance=START_ALLOWANCE)
 
@@ -148,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                     "instance_type": job.instance_type, "replicas": job.replicas, "command": job.command,
                     "backoff_limit": job.backoff_limit}
             status, answer = until_answered(submit_deadline, lambda: request(
-                topology.base, "POST", "/api/v1/jobs/", body, token=tokens[job.user], key=job.key), "submit")
+                topology.base, "POST", "/api/v1/jobs/", body, token=tokens[job.user], key=job.key), "submit",
+                server_errors)
             if status not in (200, 201):
                 errors.append(f"submit {job.index}: HTTP {status} {answer[:200]!r}")
                 return
@@ -156,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             if job.kind == "cancel":
                 time.sleep(job.cancel_after)
                 status, answer = until_answered(submit_deadline, lambda: request(
-                    topology.base, "POST", f"/api/v1/jobs/{job.job_id}/cancel/", token=tokens[job.user]), "cancel")
+                    topology.base, "POST", f"/api/v1/jobs/{job.job_id}/cancel/", token=tokens[job.user]), "cancel",
+                    server_errors)
                 if status not in (200, 202, 400):  # 400: it had already ended
                     errors.append(f"cancel {job.job_id}: HTTP {status} {answer[:200]!r}")
 
@@ -172,6 +183,18 @@ def main(argv: list[str] | None = None) -> int:
                 topology.watch()
                 time.sleep(0.5)
 
+        def database_chaos() -> None:
+            """End every connection of the topology to its database, as a restart or a failover does."""
+            own = {conn.info.backend_pid, sampler.conn.info.backend_pid}
+            for at in db_kills:
+                while time.monotonic() < t0 + at and not stop.is_set():
+                    time.sleep(0.1)
+                with psycopg.connect(f"{PG}/postgres", autocommit=True) as admin:
+                    ended = admin.execute(
+                        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = %s AND NOT pid = ANY(%s)", [args.database, sorted(own)]).fetchone()[0]
+                ended_connections.append(ended)
+
         def sampling() -> None:
             with sampler.conn:
                 while not stop.is_set():
@@ -182,14 +205,15 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(INTERVAL)
             sampler.finish()
 
-        threads = [threading.Thread(target=chaos, daemon=True), threading.Thread(target=sampling, daemon=True)]
+        threads = [threading.Thread(target=target, daemon=True) for target in (chaos, database_chaos, sampling)]
         for thread in threads:
             thread.start()
         with ThreadPoolExecutor(8) as pool:  # submitters, spread over the kill window
             for job in jobs:
                 pool.submit(submit, job)
                 time.sleep(window / len(jobs) / 2)
-        while any(k.at + k.down > time.monotonic() - t0 for k in kills):
+        while (any(k.at + k.down > time.monotonic() - t0 for k in kills)
+               or len(ended_connections) < len(db_kills)):
             time.sleep(0.5)
         print(f"submitted {sum(1 for j in jobs if j.job_id)}/{len(jobs)} in {time.monotonic() - t0:.0f} s, kills "
               "done; waiting for every job to end", flush=True)
@@ -225,11 +249,17 @@ def main(argv: list[str] | None = None) -> int:
               f"({', '.join(f'{n} {p}' for p, n in sorted(ends.items()))}); process restarts unasked: "
               f"{dict(topology.unexpected) or 0}")
         orphaned = {o[0]: f"job {o[1]} attempt {o[2]}: {o[4][:80]}" for o in orphans}
+        failed_rounds = scheduler_log_lines(var, "round failed")
         figures = [("lost", len(lost), lost), ("stuck", len(stuck), stuck), ("double attempts", len(double), double),
                    ("orphan processes", len(orphans), orphaned),
                    ("overcommit samples", len(findings.overcommit), dict(enumerate(findings.overcommit))),
-                   ("trail holes", len(holes), holes)]
+                   ("trail holes", len(holes), holes),
+                   ("HTTP 5xx answers", len(server_errors), dict(enumerate(server_errors))),
+                   ("failed rounds", len(failed_rounds), dict(enumerate(failed_rounds)))]
         print_zeros(figures)
+        print(f"  (the database ended every connection {len(ended_connections)} times: "
+              f"{', '.join(map(str, ended_connections)) or 'none'} connections; scheduler rounds run again on a "
+              f"fresh connection: {len(scheduler_log_lines(var, 'round lost its database connection'))})")
         print(f"  (overcommit checked in {findings.samples} samples)")
         print_recovery(findings, topology.killed, ended_in, START_ALLOWANCE)
         print(f"  load               {load_at_start} at the start, {load()} at the end (1 / 5 / 15 min, "
@@ -247,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def scheduler_log_lines(var: Path, text: str) -> list[str]:
+    """The lines of the scheduler processes' logs that say ``text``."""
+    return [line.strip() for path in sorted(var.glob("scheduler*.log"))
+            for line in path.read_text(errors="replace").splitlines() if text in line]
 
 
 if __name__ == "__main__":

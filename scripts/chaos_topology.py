@@ -136,8 +136,9 @@ def request(base: str, method: str, path: str, body=None, token=None, key=None, 
         return exc.code, exc.read()
 
 
-def until_answered(stop_at: float, fn, what: str):
-    """Call ``fn`` until it answers (the web may be down or restarting): a connection error or a 5xx is retried."""
+def until_answered(stop_at: float, fn, what: str, server_errors: list[str] | None = None):
+    """Call ``fn`` until it answers (the web may be down or restarting): a connection error or a 5xx is retried;
+    each 5xx is also appended to ``server_errors`` (an error the server answered: counted, never expected)."""
     last = None
     while time.monotonic() < stop_at:
         try:
@@ -145,6 +146,8 @@ def until_answered(stop_at: float, fn, what: str):
             if status < 500:
                 return status, body
             last = f"HTTP {status}: {body[:200]!r}"
+            if server_errors is not None:
+                server_errors.append(f"{what}: {last}")
         except (urllib.error.URLError, OSError) as exc:
             last = str(exc)
         time.sleep(0.3)
