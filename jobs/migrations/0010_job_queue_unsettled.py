@@ -18,5 +18,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunSQL(CREATE, reverse_sql="DROP INDEX job_queue_unsettled"),
+        migrations.RunSQL(CREATE, reverse_sql="DROP INDEX IF EXISTS job_queue_unsettled"),
     ]

@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 
 from jobs.choices import Role
 from jobs.logs import log_path
-from jobs.models import Membership
+from jobs.models import Job, JobArray, Membership, NotificationSubscription
 from scheduler.passes import schedule_pass
 
 pytestmark = [pytest.mark.slow]
@@ -48,16 +48,22 @@ def wsgi_app(db):
 
 @pytest.fixture
 def existing(world, submit):
-    """Something to find: bob's jobs in phusers (one admitted with a log, one waiting), bob admin of phusers."""
+    """Something to find: bob's jobs in phusers (one admitted with a log, one waiting, one an array's member), bob
+    admin of phusers, a notification subscription of his. ``id`` is the job's; the other resources' ids by path."""
     running = submit("bob", "gpu-1", replicas=2)
     submit("bob", "gpu-4")
+    member = submit("bob", "gpu-1")
+    array = JobArray.objects.create(name="sweep", group=member.group, user=member.user, size=1)
+    Job.objects.filter(pk=member.pk).update(array=array, array_index=0)
+    subscription = NotificationSubscription.objects.create(user=member.user, channel="email", events=["ended"])
     schedule_pass()
     running.refresh_from_db()
     path = log_path(running.current_attempt, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes("epoch 1\nepoch 2 ✓\n".encode() * 50)
     Membership.objects.filter(user=world.users["bob"]).update(role=Role.ADMIN)
-    return {"id": running.pk, "name": "phusers"}
+    return {"id": running.pk, "name": "phusers", "/api/v1/arrays/": {"id": array.pk},
+            "/api/v1/notifications/": {"id": subscription.pk}}
 
 
 @pytest.fixture
@@ -99,6 +105,9 @@ def test_api_conforms_to_its_schema(api_schema, existing, token, label, mode):
     if mode == "existing":
         names = {p.name for p in operation.path_parameters}
         kwargs["path_parameters"] = {k: v for k, v in existing.items() if k in names}
+        for prefix, ids in existing.items():
+            if label.split(" ", 1)[1].startswith(prefix):
+                kwargs["path_parameters"].update(ids)
     statuses = []
 
     @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
