@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from jobs.rules import RESOURCES, QuotaLimits
 
-from .core import GroupState, Outcome, QueuedJob, Reason, ReplicaPlacement, Resources, Verdict, decide
+from .core import ArrayState, GroupState, Outcome, QueuedJob, Reason, ReplicaPlacement, Resources, Verdict, decide
 from .values import Node
 
 DEADLINES = "deadlines"
@@ -66,6 +66,7 @@ class HeldJob:
     admitted_at: datetime
     placement: tuple[ReplicaPlacement, ...] = ()
     terminating: bool = False  # being stopped: ends about now, whatever its duration
+    array_id: int | None = None  # a member of this array
 
 
 def step_time(now: datetime, t: datetime) -> datetime:
@@ -88,11 +89,12 @@ class _Running:
     request: Resources
     placement: tuple[ReplicaPlacement, ...]
     basis: str | None  # None: its end is known (terminating), it says nothing of deadlines or history
+    array_id: int | None = None
 
 
 class _Simulation:
     def __init__(self, groups: Mapping[int, GroupState], nodes: list[Node], durations: Mapping[int, tuple[float, str]],
-                 now: datetime, horizon: timedelta):
+                 now: datetime, horizon: timedelta, arrays: Mapping[int, ArrayState] | None = None):
         self.now = now
         self.until = now + horizon
         self.durations = durations
@@ -118,6 +120,10 @@ class _Simulation:
         self.totals: dict[int, dict[str, int]] = {}
         self.capacity_held: set[int] = set()  # groups whose queue free capacity may be holding
         self.started: dict[int, Estimate] = {}
+        # Arrays with a %K limit: how many of their members may hold resources, and how many do in the simulation
+        # (the held jobs are counted as they are added, so what ends is taken off).
+        self.array_limit = {a.id: a.max_running for a in (arrays or {}).values()}
+        self.array_holding = dict.fromkeys(self.array_limit, 0)
         self.seen_history = self.seen_deadlines = False
         self.capacity()
 
@@ -154,7 +160,10 @@ class _Simulation:
         self.cap_max = {r: max(max(n.free[r], 0) for n in self.nodes) for r in self.limited}
 
     def charge(self, job: _Running, sign: int) -> None:
-        """Charge (``sign`` 1) or release (-1) what ``job`` holds: its group's and user's usage, its nodes."""
+        """Charge (``sign`` 1) or release (-1) what ``job`` holds: its group's and user's usage, its nodes, its
+        array's count."""
+        if job.array_id in self.array_limit:
+            self.array_holding[job.array_id] += sign
         group = self.groups[job.group_id]
         user = group.user_usage.setdefault(job.user_id, {})
         for r in RESOURCES:
@@ -188,6 +197,7 @@ class _Simulation:
         queues = self.queues[group_id]
         usage = dict(group.usage)
         users: dict[int, dict[str, int]] = {}
+        members: dict[int, int] = {}  # per array with a limit, members holding or taken into this window
         cap = dict(self.cap_sum)
         window: list[tuple[QueuedJob, tuple, int]] = []
         order = self.order
@@ -207,6 +217,11 @@ class _Simulation:
                 used = users[job.user_id] = dict(group.user_usage.get(job.user_id, {}))
             if self.user_blocked(total, used, group.quotas):
                 continue  # and so is every job behind it of the same user and shape: drop that list
+            if job.array_id in self.array_limit:
+                taken = members.setdefault(job.array_id, self.array_holding[job.array_id])
+                if taken >= self.array_limit[job.array_id]:
+                    continue  # so is the rest of that list (one array's): held by its %K, holding no one
+                members[job.array_id] = taken + 1
             if not all(
                 total[r] == 0 or (q := group.quotas.get(r)) is None or (c := q.ceiling(job.preemptible)) is None
                 or usage.get(r, 0) + total[r] <= c
@@ -233,7 +248,8 @@ class _Simulation:
     def admit(self, outcome: Outcome, job: QueuedJob, t: datetime) -> None:
         self.started[job.id] = Estimate(t, self.basis())
         seconds, basis = self.duration(job.id)
-        running = _Running(job.group_id, job.user_id, self.total(job), job.request, outcome.placement, basis)
+        running = _Running(job.group_id, job.user_id, self.total(job), job.request, outcome.placement, basis,
+                           job.array_id)
         self.charge(running, +1)
         self.end_at(t + timedelta(seconds=seconds), running)
 
@@ -254,7 +270,8 @@ class _Simulation:
         if not windows:
             return
         jobs = [job for window in windows.values() for job, _, _ in window]
-        outcomes = decide({gid: self.groups[gid] for gid in windows}, jobs, self.nodes, (), now=t)
+        outcomes = decide({gid: self.groups[gid] for gid in windows}, jobs, self.nodes, (), now=t,
+                          arrays={a: ArrayState(a, m, self.array_holding[a]) for a, m in self.array_limit.items()})
         admitted = {o.job_id: o for o in outcomes if o.verdict == Verdict.ADMIT}
         for gid, window in windows.items():
             gone: list[tuple[tuple, int]] = []
@@ -273,7 +290,8 @@ class _Simulation:
     def run(self, queued: list[QueuedJob]) -> None:
         self.order = {job.id: job.order_key for job in queued}
         for job in sorted(queued, key=lambda j: self.order[j.id]):
-            shape = (job.user_id, job.replicas, tuple(job.request.items()))  # same user, same request
+            # Same user, same request (and same array: its %K holds the rest of its list, not another's).
+            shape = (job.user_id, job.replicas, tuple(job.request.items()), job.array_id)
             self.queues.setdefault(job.group_id, {}).setdefault(shape, []).append(job)
             if job.not_before and job.not_before > self.now:
                 self.wake_at(job.not_before, job.group_id)
@@ -306,6 +324,7 @@ def estimate(
     *,
     outcomes: Iterable[Outcome] | None = None,
     horizon: timedelta = HORIZON,
+    arrays: Mapping[int, ArrayState] | None = None,
 ) -> dict[int, Estimate | None]:
     """The estimated start of every queued job: ``Estimate(start, basis)``, or None when it is inadmissible or
     does not start within ``horizon``.
@@ -314,20 +333,23 @@ def estimate(
     holding resources; ``durations`` job id → (expected seconds, basis) for the holding and the queued jobs.
     ``outcomes``: what ``decide`` already said about these jobs at ``now`` (the pass's decision, preemptions
     included): its admissions start now, its victims end about now. Without them, ``decide`` is asked here,
-    without preemption. Mutates nothing it is given.
+    without preemption. ``arrays``: the arrays with a ``%K`` limit (``decide``'s); a member waits while its array
+    has that many holding resources. Mutates nothing it is given.
     """
     queued = list(queued)
-    outcomes = list(decide(groups, queued, nodes, (), now=now) if outcomes is None else outcomes)
+    outcomes = list(decide(groups, queued, nodes, (), now=now, arrays=arrays) if outcomes is None else outcomes)
     by_id = {j.id: j for j in queued}
     decided = {o.job_id: o for o in outcomes if o.job_id in by_id}
     victims = {o.job_id for o in outcomes if o.verdict == Verdict.PREEMPT}
 
-    sim = _Simulation(groups, nodes, durations, now, horizon)
+    sim = _Simulation(groups, nodes, durations, now, horizon, arrays)
     for h in holding:
         seconds, basis = sim.duration(h.id)
         soon = h.terminating or h.id in victims  # being stopped: ends about now, whatever its duration
         running = _Running(h.group_id, h.user_id, {r: h.request.get(r, 0) * h.replicas for r in RESOURCES},
-                           h.request, h.placement, None if soon else basis)
+                           h.request, h.placement, None if soon else basis, h.array_id)
+        if h.array_id in sim.array_limit:  # held already (the snapshot's usage has it): counted, not charged
+            sim.array_holding[h.array_id] += 1
         sim.end_at(now if soon else h.admitted_at + timedelta(seconds=seconds), running)
     waiting = []
     for job in queued:

@@ -93,7 +93,8 @@ def estimate_changes(snap: Snapshot, outcomes: list[Outcome], history: DurationH
         for job_id, (user, group, name, itype, deadline) in snap.kinds.items()
     }
     try:
-        estimates = estimate(snap.groups, snap.queued, snap.nodes, snap.holding, durations, now, outcomes=outcomes)
+        estimates = estimate(snap.groups, snap.queued, snap.nodes, snap.holding, durations, now, outcomes=outcomes,
+                             arrays=snap.arrays)
     except Exception:  # an estimate is a courtesy: it must never hold back admissions
         log.exception("could not estimate the start of the waiting jobs; they keep their last estimates")
         return {}

@@ -132,7 +132,7 @@ def array_limits(array_ids: set[int]) -> dict[int, ArrayState]:
 HOLDING_FIELDS = (
     "id", "name", "group_id", "user_id", "priority", "preemptible", "replicas", "admitted_at", "gpu",
     "cpu_millicores", "memory_bytes", "over_quota", "phase", "current_attempt__placement", "instance_type_id",
-    "active_deadline_seconds", "current_attempt__backend", "current_attempt__gpu",
+    "active_deadline_seconds", "current_attempt__backend", "current_attempt__gpu", "array_id",
 )
 
 
@@ -149,7 +149,7 @@ class _Holding:
 
 def _holding_of(row: tuple, backend_name: str) -> _Holding:
     (id_, name, group_id, user_id, priority, preemptible, replicas, admitted_at, gpu, cpu, memory, over_quota, phase,
-     placement_json, itype, deadline, attempt_backend, attempt_gpu) = row
+     placement_json, itype, deadline, attempt_backend, attempt_gpu, array_id) = row
     request = {"gpu": gpu, "cpu": cpu, "memory": memory}
     placement = tuple(ReplicaPlacement(p.get("node", ""), tuple(p.get("gpu_ids", [])))
                       for p in (placement_json or {}).values())
@@ -166,7 +166,7 @@ def _holding_of(row: tuple, backend_name: str) -> _Holding:
     return _Holding(
         total={r: amount * replicas for r, amount in request.items()}, placed=placed,
         held=HeldJob(id=id_, group_id=group_id, user_id=user_id, replicas=replicas, request=request,
-                     admitted_at=admitted_at, placement=placement, terminating=terminating),
+                     admitted_at=admitted_at, placement=placement, terminating=terminating, array_id=array_id),
         kind=(user_id, group_id, name, itype, deadline), running=running,
     )
 

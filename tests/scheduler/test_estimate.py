@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
 
-from scheduler.core import GroupState, Outcome, QueuedJob, QuotaLimits, Reason, ReplicaPlacement, Verdict, decide
+from scheduler.core import (
+    ArrayState,
+    GroupState,
+    Outcome,
+    QueuedJob,
+    QuotaLimits,
+    Reason,
+    ReplicaPlacement,
+    Verdict,
+    decide,
+)
 from scheduler.estimate import (
     DEADLINES,
     HISTORY,
@@ -292,3 +303,28 @@ def random_case(seed):
 def test_pruned_simulation_equals_the_plain_one(seed):
     g, jobs, nodes, holding, durations = random_case(seed)
     assert estimate(g, jobs, nodes, holding, durations, NOW) == plain(g, jobs, nodes, holding, durations, NOW)
+
+
+# --- an array's %K ----------------------------------------------------------------------------------------------
+
+
+def member(id, array, gpu=1, user=BOB):
+    return replace(job(id, user, gpu), array_id=array)
+
+
+@pytest.mark.parametrize("label, held_jobs, limit, expected", [
+    ("without a limit the four members start now", [], None, [0, 0, 0, 0]),
+    ("%2: two now, the next two as the first two end", [], 2, [0, 0, 1, 1]),
+    ("%1: one at a time", [], 1, [0, 1, 2, 3]),
+    ("%2 with one member already holding: one now, then in twos as they end",
+     [replace(held(100, BOB, 1, ago=timedelta(0)), array_id=7)], 2, [0, 1, 1, 2]),
+])
+def test_members_held_by_their_arrays_limit_start_as_members_end(label, held_jobs, limit, expected):
+    """Four 1-GPU members of array 7 on a free 8-GPU node, an hour each: the estimate keeps to the %K (the
+    quotas leave room for all four)."""
+    members = [member(i, 7) for i in range(1, 5)]
+    arrays = {} if limit is None else {7: ArrayState(7, limit, len(held_jobs))}
+    durations = {i: hours(1) for i in (100, 1, 2, 3, 4)}
+    found = run(held_jobs, members, durations, groups_=groups(ph_quota=8, ph_user=8, held_jobs=held_jobs),
+                arrays=arrays)
+    assert [(found[i].start - NOW) / H for i in range(1, 5)] == expected, label
