@@ -1,7 +1,7 @@
 """An array's (or sweep's) page: its members with their statuses, its counts and bar, and the actions that act on
 the whole array (cancel, stop, restart the failed members) as buttons posting to ``jobs.services.arrays``.
 
-Views stay thin: reads through ``jobs.list_arrays``, writes through ``jobs.services``.
+Views stay thin: reads through ``jobs.array_selectors`` and ``jobs.list_arrays``, writes through ``jobs.services``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from . import list_arrays, selectors
+from . import array_selectors, list_arrays, selectors
 from .models import JobArray
 
 ACTIONS = {
@@ -24,14 +24,14 @@ ACTIONS = {
 
 
 def _visible_array(request: HttpRequest, pk: int) -> JobArray:
-    return get_object_or_404(list_arrays.arrays_visible_to(request.user), pk=pk)
+    return get_object_or_404(array_selectors.arrays_visible_to(request.user), pk=pk)
 
 
 @login_required
 def array_page(request: HttpRequest, pk: int) -> HttpResponse:
     array = _visible_array(request, pk)
     context = list_arrays.array_page(array)
-    context["can_act"] = selectors.job_can_act(request.user, array)
+    context["can_act"] = array_selectors.array_can_act(request.user, array)
     context["nav_groups"] = list(selectors.groups_of(request.user).order_by("name").values_list("name", flat=True))
     return render(request, "jobs/array_detail.html", context)
 
@@ -43,7 +43,7 @@ def array_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     array = _visible_array(request, pk)
     if action not in ACTIONS:
         raise PermissionDenied("No such action.")
-    if not selectors.job_can_act(request.user, array):
+    if not array_selectors.array_can_act(request.user, array):
         raise PermissionDenied(f"Only the array's owner, an admin of its group or a superuser may {action} it.")
     from .services import arrays as array_services
     try:

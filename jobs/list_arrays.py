@@ -120,16 +120,6 @@ def array_rows(array_ids: Iterable[int]) -> dict[int, ArraySummary]:
     return summarize(arrays, first_member_ids(ids))
 
 
-def arrays_visible_to(user) -> QuerySet[JobArray]:
-    """Arrays of the groups the user belongs to (all for superusers), newest first."""
-    from . import selectors
-
-    qs = JobArray.objects.select_related("group", "user")
-    if user.is_superuser:
-        return qs
-    return qs.filter(group__in=selectors.groups_of(user))
-
-
 def array_page(array: JobArray) -> dict[str, Any]:
     """An array's page: its summary and its members in index order (queue positions of the waiting ones)."""
     from . import selectors

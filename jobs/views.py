@@ -193,7 +193,7 @@ def _submitted(request: HttpRequest, spec, plan) -> HttpResponse:
     ``ValidationError`` (a target that ended the other way meanwhile) leaves nothing made."""
     with transaction.atomic():  # a savepoint of its own: a refused dependency leaves the request usable
         if plan is not None:
-            array = array_services.array_submit(user=request.user, spec=spec, plan=plan, after=list(spec.after) or None)
+            array = array_services.array_submit(user=request.user, spec=spec, plan=plan)
         else:
             job = services.job_submit(user=request.user, spec=spec)
     if plan is not None:

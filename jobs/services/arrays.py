@@ -10,17 +10,18 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from .. import limits
 from ..arrays import ArrayError, ArrayPlan, array_plan, member_env, member_name
 from ..choices import TERMINAL_PHASES, EventType, Phase
-from ..models import Job, JobArray, JobEvent, SubmitKey
+from ..models import Job, JobArray, JobEvent
 from ..state_machine import InvalidTransition
 from ..wakeup import request_pass
 from .actions import job_cancel, job_restart
-from .submission import SUBMIT_KEY_TTL, JobSpec, SubmitKeyTaken
+from .dependencies import dependencies_record
+from .submission import JobSpec, job_from_spec, submit_key_record
 
 log = logging.getLogger(__name__)
 
@@ -37,30 +38,22 @@ def array_plan_validate(*, spec: JobSpec, array: str | None, sweep: Any) -> Arra
     return plan
 
 
-def array_submit(*, user: AbstractBaseUser, spec: JobSpec, plan: ArrayPlan, after: list | None = None,
-                 idempotency_key: str = "", fingerprint: str = "") -> JobArray:
+def array_submit(*, user: AbstractBaseUser, spec: JobSpec, plan: ArrayPlan, idempotency_key: str = "",
+                 fingerprint: str = "") -> JobArray:
     """Create the array and its members from a validated spec and plan: one INSERT of the array, one of all its
     members, one of their "Submitted" events (and the `Idempotency-Key`, pointing at the first member, when
-    given). ``after``: dependencies every member waits for (``dependencies_record``). The members are on the
+    given). Every member waits for what ``spec.after`` names (``dependencies_record``). The members are on the
     returned array as ``array.created_members`` (in index order), for an answer built without reading them back.
 
     In the caller's transaction when there is one (no savepoint of its own), else in its own."""
     with transaction.atomic(savepoint=False):
         now = timezone.now()
-        it = spec.instance_type
         array = JobArray.objects.create(name=spec.name, group=spec.group, user=user, indices=plan.text,
                                         sweep=plan.sweep, size=plan.size, max_running=plan.max_running)
         members = [
-            Job(
-                name=member_name(spec.name, index, params), group=spec.group, user=user, image=spec.image,
-                image_url=spec.image.url, instance_type=it, gpu=it.gpu, cpu_millicores=it.cpu_millicores,
-                memory_bytes=it.memory_bytes, command=spec.command,
-                env=member_env(spec.env, array.pk, index, params), replicas=spec.replicas, job_type=spec.job_type,
-                priority=spec.priority, preemptible=spec.preemptible, backoff_limit=spec.backoff_limit,
-                active_deadline_seconds=spec.active_deadline_seconds,
-                ttl_seconds_after_finished=spec.ttl_seconds_after_finished, phase=Phase.SUBMITTED,
-                status="Submitted", queued_at=now, array=array, array_index=index, array_params=params,
-            )
+            job_from_spec(spec, user=user, now=now, name=member_name(spec.name, index, params),
+                          env=member_env(spec.env, array.pk, index, params), array=array, array_index=index,
+                          array_params=params)
             for index, params in zip(plan.indices, plan.params, strict=True)
         ]
         Job.objects.bulk_create(members, batch_size=5000)
@@ -70,18 +63,10 @@ def array_submit(*, user: AbstractBaseUser, spec: JobSpec, plan: ArrayPlan, afte
                      message=f"Submitted by {who} to {spec.group.name}, member {job.array_index} of array {array.pk}")
             for job in members
         ], batch_size=5000)
-        if after:
-            from .dependencies import dependencies_record
-
-            dependencies_record(jobs=members, after=after, user=user)
+        if spec.after:
+            dependencies_record(jobs=members, after=spec.after, user=user, now=now)
         if idempotency_key:
-            SubmitKey.objects.filter(user=user, created_at__lt=now - SUBMIT_KEY_TTL).delete()
-            try:
-                with transaction.atomic():
-                    SubmitKey.objects.create(user=user, key=idempotency_key, fingerprint=fingerprint,
-                                             job=members[0], created_at=now)
-            except IntegrityError as exc:
-                raise SubmitKeyTaken(idempotency_key) from exc
+            submit_key_record(user=user, key=idempotency_key, fingerprint=fingerprint, job=members[0], now=now)
         ids = [job.pk for job in members]
 
         def published() -> None:

@@ -6,7 +6,7 @@ answer the job it made (``job_submitted_with``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -221,45 +221,43 @@ def job_submitted_with(*, user: AbstractBaseUser, key: str, fingerprint: str) ->
     return row.job
 
 
+def job_from_spec(spec: JobSpec, *, user: AbstractBaseUser, now: datetime, **fields: Any) -> Job:
+    """An unsaved job of ``spec`` for ``user``, submitted and queued at ``now``; ``fields`` over it (an array
+    member's name, environment and place in its array)."""
+    it = spec.instance_type
+    values: dict[str, Any] = dict(
+        name=spec.name, group=spec.group, user=user, image=spec.image, image_url=spec.image.url, instance_type=it,
+        gpu=it.gpu, cpu_millicores=it.cpu_millicores, memory_bytes=it.memory_bytes, command=spec.command,
+        env=spec.env, replicas=spec.replicas, job_type=spec.job_type, priority=spec.priority,
+        preemptible=spec.preemptible, backoff_limit=spec.backoff_limit,
+        active_deadline_seconds=spec.active_deadline_seconds,
+        ttl_seconds_after_finished=spec.ttl_seconds_after_finished, phase=Phase.SUBMITTED,
+        status="Submitted", queued_at=now,
+    )
+    return Job(**{**values, **fields})
+
+
+def submit_key_record(*, user: AbstractBaseUser, key: str, fingerprint: str, job: Job, now: datetime) -> None:
+    """Keep the `Idempotency-Key` of a submit, pointing at ``job``; ``SubmitKeyTaken`` when another submit holds
+    it. An expired row of the same key would block the insert: the user's expired keys go first."""
+    SubmitKey.objects.filter(user=user, created_at__lt=now - SUBMIT_KEY_TTL).delete()
+    try:
+        with transaction.atomic():
+            SubmitKey.objects.create(user=user, key=key, fingerprint=fingerprint, job=job, created_at=now)
+    except IntegrityError as exc:
+        raise SubmitKeyTaken(key) from exc
+
+
 @transaction.atomic
 def job_submit(*, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str = "", fingerprint: str = "") -> Job:
     """Create a job from a validated spec. With ``idempotency_key`` the key is recorded with the job in the same
     transaction; a concurrent submit that recorded the same key first makes this one write nothing and raise
     ``SubmitKeyTaken`` (the unique constraint decides, not a check before the insert)."""
     now = timezone.now()
-    it = spec.instance_type
-    job = Job.objects.create(
-        name=spec.name,
-        group=spec.group,
-        user=user,
-        image=spec.image,
-        image_url=spec.image.url,
-        instance_type=it,
-        gpu=it.gpu,
-        cpu_millicores=it.cpu_millicores,
-        memory_bytes=it.memory_bytes,
-        command=spec.command,
-        env=spec.env,
-        replicas=spec.replicas,
-        job_type=spec.job_type,
-        priority=spec.priority,
-        preemptible=spec.preemptible,
-        backoff_limit=spec.backoff_limit,
-        active_deadline_seconds=spec.active_deadline_seconds,
-        ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
-        phase=Phase.SUBMITTED,
-        status="Submitted",
-        queued_at=now,
-    )
+    job = job_from_spec(spec, user=user, now=now)
+    job.save(force_insert=True)
     if idempotency_key:
-        # An expired row of the same key would block the insert; the user's other expired keys go with it.
-        SubmitKey.objects.filter(user=user, created_at__lt=now - SUBMIT_KEY_TTL).delete()
-        try:
-            with transaction.atomic():
-                SubmitKey.objects.create(user=user, key=idempotency_key, fingerprint=fingerprint, job=job,
-                                         created_at=now)
-        except IntegrityError as exc:
-            raise SubmitKeyTaken(idempotency_key) from exc
+        submit_key_record(user=user, key=idempotency_key, fingerprint=fingerprint, job=job, now=now)
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
     event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
     # Waits PENDING (reason Dependency) while one is not met; the rows stay in hand for the answer.

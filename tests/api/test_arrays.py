@@ -52,6 +52,16 @@ def test_an_array_submit_answers_the_array_with_its_members(world, client_for):
     assert job["env"] == {"JOB_ARRAY_ID": str(array.pk), "JOB_ARRAY_INDEX": "3"}
 
 
+def test_every_member_of_an_array_submitted_after_a_job_waits_for_it(world, client_for, submit):
+    first = submit("bob")
+    response = post(client_for("bob"), {**GOOD, "array": "0-2", "after": [{"job": first.pk, "when": "ok"}]})
+    assert response.status_code == 201, response.json()
+    members = Job.objects.filter(array_id=response.json()["id"])
+    assert sorted(members.values_list("phase", "reason", "dependency_wait")) == [
+        (Phase.PENDING, "Dependency", True)] * 3
+    assert {d.on_job_id for m in members for d in m.dependencies.all()} == {first.pk}
+
+
 def test_a_sweep_submit_gives_one_member_per_point_with_its_variables(world, client_for):
     response = post(client_for("bob"), {**GOOD, "sweep": {"lr": [1e-4, 3e-4], "bs": [32, 64]}, "array": "%2",
                                         "env": {"EPOCHS": "3"}})

@@ -49,9 +49,9 @@ def test_an_arrays_row_counts_its_members_live(browser, asgi_server, scheduler, 
     first = submit("bob", name="prepare", command="sleep 1")
     spec = job_spec_validate(user=bob, data={
         "name": "train", "group": "phusers", "image": "base-notebook", "instance_type": "cpu-tiny",
-        "command": 'echo "index $JOB_ARRAY_INDEX"; sleep 2'})
+        "command": 'echo "index $JOB_ARRAY_INDEX"; sleep 2', "after": [{"job": first.pk, "when": "ok"}]})
     plan = array_services.array_plan_validate(spec=spec, array="0-4%2", sweep=None)
-    array = array_services.array_submit(user=bob, spec=spec, plan=plan, after=[{"job": first.pk, "when": "ok"}])
+    array = array_services.array_submit(user=bob, spec=spec, plan=plan)
 
     # The array appears as one row, all five waiting for the job it depends on.
     page.wait_for_selector(f'{count_of(page, array.pk, "Pending")}:text-is("5")')

@@ -67,7 +67,7 @@ def array_submit_answer(request: Request, *, key: str, fingerprint: str) -> Resp
     except DjangoValidationError as exc:
         raise validation_error_from_django(exc) from exc
     with transaction.atomic():
-        array = array_submit(user=user, spec=spec, plan=plan, after=data.get("after"), idempotency_key=key,
+        array = array_submit(user=user, spec=spec, plan=plan, idempotency_key=key,
                              fingerprint=fingerprint)
         body = created_array_data(array, request=request)
     headers = {"Location": body["url"]}
