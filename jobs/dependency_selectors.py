@@ -58,11 +58,13 @@ class JobDependencies:
 
 def job_dependencies(job: Job, viewer: AbstractBaseUser | None) -> JobDependencies:
     """What ``job`` waits for and the jobs ``viewer`` may see (same rule as reading a job) that wait for it or for
-    its array, oldest first. One query."""
+    its array, oldest first (none without a viewer). One query."""
     waited = Q(on_job_id=job.pk)
     if job.array_id:
         waited |= Q(on_array_id=job.array_id)
-    if viewer is not None and not viewer.is_superuser:
+    if viewer is None:  # nobody to show other jobs to: what it waits for only
+        waited = Q(pk__in=[])
+    elif not viewer.is_superuser:
         waited &= Q(job__group_id__in=Membership.objects.filter(user=viewer).values("group_id"))
     rows = (JobDependency.objects.filter(Q(job_id=job.pk) | waited).order_by("pk")
             .values_list("job_id", "job__name", "job__phase", "on_job_id", "on_array_id", "when", "satisfied_at"))

@@ -397,3 +397,14 @@ def test_the_job_page_of_a_job_without_dependencies_has_no_such_section(submit, 
     a = submit("bob")
     page = login("bob").get(f"/jobs/{a.pk}/").content.decode()
     assert "dependencies-card" not in page
+
+
+@pytest.mark.django_db
+def test_without_a_viewer_no_job_that_waits_is_named(submit):
+    from jobs.dependency_selectors import job_dependencies
+
+    a = submit("bob")
+    b = submit("bob", after=[{"job": a.pk}])
+    assert [w.id for w in job_dependencies(a, a.user).waited_by] == [b.pk]
+    assert job_dependencies(a, None).waited_by == []
+    assert [d.id for d in job_dependencies(b, None).after] == [a.pk]
