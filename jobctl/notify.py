@@ -65,8 +65,7 @@ def cmd_notify_add(api: Api, args, out: Printer) -> int:
 
 
 def cmd_notify_list(api: Api, args, out: Printer) -> int:
-    reply = api.get(PATH)
-    subs = list(api.pages(PATH)) if isinstance(reply, dict) and "results" in reply else list(reply or [])
+    subs = list(api.pages(PATH))
     if out.data(subs):
         return EXIT_OK
     if not subs:

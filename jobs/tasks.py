@@ -2,7 +2,7 @@
 notifications only: the cluster is the scheduler process's alone.
 
 ``notifications_dispatch()`` is called after commit when a transition queued notifications. In production
-(REDIS_URL) it sends ``notifications_send_task`` to the worker; the beat's ``notifications_sweep_task`` sends what no
+(REDIS_URL) it sends ``notifications_send_task`` to the worker; the beat runs the same task periodically for what no
 task took (a worker killed mid-send, Redis down at commit). The embedded default (``make run``: no Redis, no worker)
 sends them from a thread of this process instead (JOBSITE_NOTIFY_INPROCESS), which also sweeps for retries.
 """
@@ -30,13 +30,8 @@ def release_backoff_task() -> None:
 
 @shared_task(ignore_result=True)
 def notifications_send_task() -> None:
-    """Send the notifications a commit just queued (and any other due one)."""
-    notifications_deliver_due()
-
-
-@shared_task(ignore_result=True)
-def notifications_sweep_task() -> None:
-    """Periodic: send what is due and no task took, and the retries whose backoff is over."""
+    """Send every due notification: those a commit just queued, and (the beat's, periodically) what no task took
+    and the retries whose backoff is over."""
     notifications_deliver_due()
 
 

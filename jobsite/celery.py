@@ -23,5 +23,5 @@ def _notification_sweep(sender, **kwargs):
     from django.conf import settings
 
     sender.conf.beat_schedule["notifications-sweep"] = {
-        "task": "jobs.tasks.notifications_sweep_task", "schedule": settings.JOBSITE_NOTIFY_SWEEP_SECONDS,
+        "task": "jobs.tasks.notifications_send_task", "schedule": settings.JOBSITE_NOTIFY_SWEEP_SECONDS,
     }

@@ -445,6 +445,7 @@ JOBSITE_BASE_URL = env.str("JOBSITE_BASE_URL", default=f"http://127.0.0.1:{PORT}
 JOBSITE_NOTIFY_ALLOW_HOSTS = env.list("JOBSITE_NOTIFY_ALLOW_HOSTS", default=[])
 # One webhook POST's connect and read timeout, in seconds.
 JOBSITE_NOTIFY_TIMEOUT_SECONDS = env.float("JOBSITE_NOTIFY_TIMEOUT_SECONDS", default=10.0)
+EMAIL_TIMEOUT = JOBSITE_NOTIFY_TIMEOUT_SECONDS  # an SMTP send is bounded the same way
 # A worker that took a notification holds it this long (no other worker sends it meanwhile); after that a worker
 # that died mid-send is presumed gone and the sweep sends it again, with the same delivery id. Keep it well above
 # the timeout.

@@ -143,6 +143,12 @@ def notifications_on_transition(*, job: Job, old_phase: str, event: JobEvent) ->
         transaction.on_commit(notifications_dispatch, robust=True)
 
 
+def claim_size() -> int:
+    """How many rows one claim takes: as many as the lease covers sent one after another, each at its slowest
+    (connect and read timeouts, and a margin), so a live worker sends every row it took before its lease ends."""
+    return max(1, int(settings.JOBSITE_NOTIFY_LEASE_SECONDS // (3 * settings.JOBSITE_NOTIFY_TIMEOUT_SECONDS)))
+
+
 def notifications_claim(*, now: datetime | None = None, limit: int = 20) -> list[Notification]:
     """Take up to ``limit`` due rows for this worker: rows another transaction holds are skipped, and each taken row's
     ``next_try_at`` moves a lease ahead (so nobody else takes it meanwhile) and its ``tries`` counts this try."""
@@ -156,7 +162,7 @@ def notifications_claim(*, now: datetime | None = None, limit: int = 20) -> list
             return []
         Notification.objects.filter(pk__in=ids).update(tries=F("tries") + 1, next_try_at=lease_until)
     return list(Notification.objects.filter(pk__in=ids).order_by("pk").select_related(
-        "subscription__user", "job__group", "job__user", "event"))
+        "subscription__user", "job__group", "job__user", "event__attempt"))
 
 
 def _channel_words(notification: Notification) -> str:
@@ -175,7 +181,7 @@ def notification_mark_sent(*, notification: Notification, now: datetime | None =
         state=NotificationState.SENT, sent_at=now, last_error="")
     if updated:
         user = notification.subscription.user.get_username()
-        event_record(job=notification.job, reason="Notified",
+        event_record(job=notification.job, attempt=notification.event.attempt, reason="Notified",
                      message=f"Notified {user} {_channel_words(notification)} ({notification.kind})")
     return bool(updated)
 
@@ -209,7 +215,7 @@ def notifications_deliver_due(*, limit: int = 100) -> int:
 
     tried = 0
     while tried < limit:
-        batch = notifications_claim(limit=min(20, limit - tried))
+        batch = notifications_claim(limit=min(claim_size(), limit - tried))
         if not batch:
             break
         for notification in batch:
