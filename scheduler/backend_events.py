@@ -19,6 +19,8 @@ def backend_events_record(*, job_id: int, attempt_number: int, replicas: int, ev
     if attempt is None:
         return False
     with transaction.atomic():
+        # The backend's in-memory set is lost on restart; the table is not: what the attempt has, read once.
+        recorded = set(JobEvent.objects.filter(job_id=job_id, attempt=attempt).values_list("reason", "message"))
         for ev in sorted(events, key=lambda e: e.at):
             reason = ev.reason[:60]
             message = ev.message.strip()
@@ -26,7 +28,7 @@ def backend_events_record(*, job_id: int, attempt_number: int, replicas: int, ev
                 message = f"replica {ev.rank}: {message}"
             if ev.count > 1:
                 message += f" (x{ev.count})"
-            # The backend's in-memory set is lost on restart; the table is not.
-            if not JobEvent.objects.filter(job_id=job_id, attempt=attempt, reason=reason, message=message).exists():
+            if (reason, message) not in recorded:
                 event_record(job=attempt.job, attempt=attempt, reason=reason, message=message, type=ev.type)
+                recorded.add((reason, message))
     return True
