@@ -101,6 +101,14 @@ class InstanceType(models.Model):
     memory_bytes = models.PositiveBigIntegerField(default=1 << 30)
     node_selector = models.JSONField(default=dict, blank=True)
     tolerations = models.JSONField(default=list, blank=True)
+    gpu_resource = models.CharField(
+        max_length=100, blank=True,
+        help_text="Kubernetes: the extended resource its GPUs are requested as, e.g. nvidia.com/mig-1g.10gb for a "
+                  "MIG slice. Empty: the installation's default (nvidia.com/gpu).")
+    capabilities = models.JSONField(
+        default=list, blank=True,
+        help_text="Kubernetes: Linux capabilities its containers keep (all others are dropped), e.g. [\"IPC_LOCK\"] "
+                  "for InfiniBand. Only admins set these.")
     groups = models.ManyToManyField(Group, blank=True, related_name="instance_types")
 
     class Meta:
@@ -195,6 +203,10 @@ class Job(models.Model):
     array_params = models.JSONField(default=dict, blank=True)
     # Waits for jobs it depends on (JobDependency rows not yet satisfied): out of its group's queue until then.
     dependency_wait = models.BooleanField(default=False)
+    # Ports its replicas serve, reached through the site: [{"name": "jupyter", "port": 8888}].
+    ports = models.JSONField(default=list, blank=True)
+    # GPU telemetry: since when its GPUs have stayed under the idle threshold (empty: busy, or no telemetry).
+    gpus_idle_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
@@ -259,6 +271,10 @@ class Attempt(models.Model):
     )
     outcome = models.CharField(max_length=60, blank=True)
     gpu_seconds = models.FloatField(default=0)
+    # GPU telemetry: mean SM utilisation (0-100) over its samples, and GPU-seconds weighted by it.
+    gpu_util_mean = models.FloatField(null=True, blank=True)
+    gpu_util_seconds = models.FloatField(default=0, help_text="GPU-seconds × mean utilisation: utilised GPU-seconds.")
+    gpu_samples = models.PositiveIntegerField(default=0, help_text="Telemetry samples behind gpu_util_mean.")
 
     class Meta:
         ordering = ["job", "number"]
@@ -284,6 +300,28 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.type} {self.reason}"
+
+
+class GpuSeries(models.Model):
+    """One GPU's telemetry for an attempt at one resolution (10 s, 60 s or 600 s points), as a bounded list of
+    points [epoch seconds, SM %, memory used bytes, memory total bytes, power W, temperature C]."""
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="gpu_series")
+    rank = models.PositiveSmallIntegerField(default=0)
+    node = models.CharField(max_length=200, blank=True)
+    gpu = models.CharField(max_length=64, help_text="The GPU as its node names it: index or UUID.")
+    resolution = models.PositiveIntegerField(help_text="Seconds per point.")
+    points = models.JSONField(default=list)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["attempt", "rank", "gpu", "resolution"]
+        constraints = [
+            models.UniqueConstraint(fields=["attempt", "rank", "gpu", "resolution"], name="gpu_series_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.attempt} rank {self.rank} gpu {self.gpu} @{self.resolution}s"
 
 
 class GpuUsage(Attempt):
