@@ -16,6 +16,9 @@ The rules, in order (DESIGN.md §2–3):
   period, once (again by a new leader, which does not know what the old one sent: forced at once when the stop is
   already ``stuck_after`` old); force-stopped only when a replica's node is lost or they are still there
   ``stuck_after`` seconds after the stop (never merely because a grace period elapsed on our side);
+- a replica the cluster disrupted through no fault of the job (``disruption``: preempted by the cluster's scheduler,
+  evicted for node pressure, refused at admission by a GPU plugin, ...) requeues the attempt without spending the
+  backoff, the cause in the message; past ``max_disruptions`` such requeues (NodeLost included) the job FAILS;
 - a lost replica the backend knows left nothing behind (``gone``) requeues the attempt at once: counted against the
   requeue limit when it never ran, else as NodeLost without spending the backoff; any other lost replica makes the
   job UNKNOWN, and after ``node_lost_grace`` (the backend cannot tell: a node it cannot reach) the attempt fails as
@@ -55,6 +58,7 @@ class Timing:
     requeue_limit: int = 5
     stuck_after: float = 600  # seconds after a graceful stop before replicas still there are force-stopped
     start_timeout: float = 60  # seconds after a launch was claimed by which something of the attempt must exist
+    max_disruptions: int = 10  # requeues a job may have for disruptions (NodeLost included) before it fails
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class JobView:
     termination_target: str = ""  # TERMINATING: the phase it ends in (BACKOFF: retry or fail once stopped)
     exit_code: int | None = None  # TERMINATING a failed attempt: the first failing replica's code
     failed_rank: int | None = None  # ... and its rank
+    disruptions: int = 0  # attempts of the job ended by a disruption (outcome Disrupted or NodeLost) so far
 
 
 # --- actions -------------------------------------------------------------------------------------------------
@@ -203,6 +208,9 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
     states = {o.state for o in seen}
     ended = [o for o in seen if o.state in ENDED]
 
+    disrupted = [o for o in seen if o.disruption]
+    if disrupted:
+        return _disrupted(job, disrupted, len(seen), timing)
     lost = [o for o in seen if o.state == S.LOST]
     if lost:
         message = "; ".join(o.message for o in lost)
@@ -211,6 +219,9 @@ def reconcile(job: JobView, seen: list[ReplicaObservation], now: datetime, timin
         if job.phase != Phase.UNKNOWN:
             return [Transition(Phase.UNKNOWN, reason="NodeUnresponsive", message=message)]
         if now - (job.updated_at or now) >= timedelta(seconds=timing.node_lost_grace):
+            if job.disruptions >= timing.max_disruptions:
+                return [_disruption_limit(job, f"{message}; the attempt failed as NodeLost", timing),
+                        Stop(force=True, why="node lost")]
             # Lost through no fault of the job: retried without spending its backoff, once what is left of the
             # attempt is gone (its GPUs are not handed to anyone while its processes or pods may still be there).
             return [Terminate(Phase.PENDING, "NodeLost",
@@ -299,6 +310,28 @@ def _never_started(job: JobView, seen: list[ReplicaObservation], now: datetime, 
         return Terminate(Phase.FAILED, "RequeueLimitExceeded", f"{what}, after {job.requeues} requeue(s): giving up")
     return Terminate(Phase.PENDING, "Requeued",
                      f"{what}: requeued ({job.requeues + 1}/{timing.requeue_limit}) as a new attempt")
+
+
+DISRUPTED = "Disrupted"  # the outcome of an attempt the cluster ended through no fault of the job
+
+
+def _disrupted(job: JobView, disrupted: list[ReplicaObservation], replicas: int, timing: Timing) -> list[Action]:
+    """The cluster ended (or is ending) replicas through no fault of the job, as the Job controller's
+    podFailurePolicy counts a DisruptionTarget: requeued at once as a new attempt, its backoff not spent, until the
+    job has been disrupted ``max_disruptions`` times. What is left is stopped (at once where a node is lost)."""
+    cause = "; ".join(dict.fromkeys((f"rank {o.rank} " if replicas > 1 else "") + o.disruption for o in disrupted))
+    stop = [Stop(force=True, why="node lost")] if any(o.state == S.LOST for o in disrupted) else []
+    if job.disruptions >= timing.max_disruptions:
+        return [_disruption_limit(job, capitalized(cause), timing), *stop]
+    return [Terminate(Phase.PENDING, DISRUPTED,
+                      f"{capitalized(cause)}: requeued ({job.disruptions + 1}/{timing.max_disruptions}) as a new "
+                      "attempt, its backoff not spent"), *stop]
+
+
+def _disruption_limit(job: JobView, what: str, timing: Timing) -> Terminate:
+    return Terminate(Phase.FAILED, "DisruptionLimitExceeded",
+                     f"{what}; disrupted by the cluster {job.disruptions + 1} time(s) (limit "
+                     f"{timing.max_disruptions}): giving up")
 
 
 def _gone(job: JobView, message: str, timing: Timing) -> list[Action]:

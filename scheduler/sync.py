@@ -29,6 +29,7 @@ from .backend_events import backend_events_record
 from .backend_factory import get_backend
 from .backends.base import Backend
 from .reconcile import (
+    DISRUPTED,
     Action,
     CountRestart,
     FinishTermination,
@@ -47,6 +48,8 @@ from .values import ReplicaObservation
 
 log = logging.getLogger(__name__)
 
+DISRUPTION_OUTCOMES = (DISRUPTED, "NodeLost")  # attempts the cluster ended through no fault of the job
+
 
 def timing_for(backend: Backend) -> Timing:
     return Timing(
@@ -55,6 +58,7 @@ def timing_for(backend: Backend) -> Timing:
         requeue_limit=settings.JOBSITE_REQUEUE_LIMIT,
         stuck_after=backend.stuck_after(),
         start_timeout=settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS,
+        max_disruptions=settings.JOBSITE_K8S_MAX_DISRUPTIONS,
     )
 
 
@@ -66,6 +70,10 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
                 .select_related("current_attempt"))
     requeues = Counter(dict(
         Attempt.objects.filter(job_id__in=[j.pk for j in jobs if j.phase == Phase.PREPARING], outcome="Requeued")
+        .values_list("job_id").annotate(n=Count("id")).values_list("job_id", "n")
+    ))
+    disruptions = Counter(dict(
+        Attempt.objects.filter(job_id__in=[j.pk for j in jobs], outcome__in=DISRUPTION_OUTCOMES)
         .values_list("job_id").annotate(n=Count("id")).values_list("job_id", "n")
     ))
     actuator.forget({j.current_attempt_id for j in jobs})
@@ -81,7 +89,7 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
             continue  # half started: what the backend shows of it now says nothing yet
         try:
             sync_job(job, backend=backend, actuator=actuator, timing=timing, now=now or timezone.now(),
-                     requeues=requeues[job.pk],
+                     requeues=requeues[job.pk], disruptions=disruptions[job.pk],
                      started_recorded=job.current_attempt_id not in unrecorded)
             count += 1
         except InvalidTransition:  # changed by someone else since we read it; next round sees the new state
@@ -91,7 +99,8 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
     return count
 
 
-def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "", started_recorded: bool = True) -> JobView:
+def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "", started_recorded: bool = True,
+             disruptions: int = 0) -> JobView:
     attempt = job.current_attempt
     return JobView(
         phase=job.phase, status=job.status, message=job.message, reason=job.reason, job_type=job.job_type,
@@ -101,17 +110,18 @@ def job_view(job: Job, *, requeues: int = 0, stop_sent: str = "", started_record
         launched_at=attempt.launched_at, started_recorded=started_recorded,
         node=attempt.node, restarts=attempt.backend_data.get("restarts", 0), requeues=requeues, stop_sent=stop_sent,
         attempt_number=attempt.number, termination_target=job.termination_target, exit_code=job.exit_code,
-        failed_rank=attempt.failed_rank,
+        failed_rank=attempt.failed_rank, disruptions=disruptions,
     )
 
 
 def sync_job(job: Job, *, backend: Backend, actuator: Actuator | None = None, timing: Timing | None = None,
-             now: datetime | None = None, requeues: int = 0, started_recorded: bool = True) -> list[Action]:
+             now: datetime | None = None, requeues: int = 0, started_recorded: bool = True,
+             disruptions: int = 0) -> list[Action]:
     actuator = actuator or get_actuator(backend)
     now = now or timezone.now()
     attempt = job.current_attempt
     view = job_view(job, requeues=requeues, stop_sent=actuator.stop_sent(attempt.pk),
-                    started_recorded=started_recorded)
+                    started_recorded=started_recorded, disruptions=disruptions)
     seen = [] if not view.launched else observe(job, backend=backend, actuator=actuator)
     actions = reconcile(view, seen, now, timing or timing_for(backend))
     apply(job, actions, actuator=actuator, now=now)

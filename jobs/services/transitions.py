@@ -54,7 +54,7 @@ WARNING_STATUSES = frozenset({"Error", "Fail", *ERROR_STATUSES})
 WARNING_REASONS = frozenset({
     "Error", "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "FailedImagePull", "ContainerCannotRun",
     "NodeLost", "NodeUnresponsive", "Preempted", "Evicted", "OOMKilled", "DeadlineExceeded", "RequeueLimitExceeded",
-    "Requeued",
+    "Requeued", "Disrupted", "DisruptionLimitExceeded", "GpusIdle", "GpusIdleStopped",
 })
 
 

@@ -6,6 +6,8 @@ CrashLoopBackOff, OOMKilled, Terminating, ...); the coarse state tells the sync 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -27,6 +29,17 @@ CANNOT_RUN_WAITING = frozenset({"CreateContainerError", "RunContainerError", "Co
 CANNOT_RUN_TERMINATED = frozenset({"ContainerCannotRun", "StartError"})
 # Usually a missing Secret/ConfigMap: may be fixed by an admin, so it gets the same grace as an image pull.
 CONFIG_WAITING = frozenset({"CreateContainerConfigError"})
+# The pod condition DisruptionTarget: the cluster is ending the pod, through no fault of the job (what the Job
+# controller's podFailurePolicy reads).
+DISRUPTIONS = {
+    "PreemptionByScheduler": "preempted by the cluster's scheduler",
+    "TerminationByKubelet": "terminated by the kubelet (node shutdown or pressure)",
+    "EvictionByEvictionAPI": "evicted through the Eviction API (node drain)",
+    "DeletionByTaintManager": "deleted from a tainted node",
+    "DeletionByPodGC": "deleted by the pod garbage collector (its node is gone)",
+}
+# A pod the kubelet refused at admission: the node could not give it its devices (a GPU plugin out of step).
+ADMISSION_ERRORS = frozenset({"UnexpectedAdmissionError"})
 
 
 def as_dict(pod: Any) -> dict | None:
@@ -55,15 +68,67 @@ def _condition(status: dict, kind: str) -> dict | None:
     return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
 
 
-def observe_pod(pod: Any, *, rank: int, name: str, now: datetime, image_pull_grace: float = 120) -> ReplicaObservation:
-    """The state of one replica from its pod; ``pod`` None means the pod is gone."""
+def observe_pod(pod: Any, *, rank: int, name: str, now: datetime, image_pull_grace: float = 120,
+                lost_nodes: Mapping[str, str] | None = None,
+                known_nodes: Collection[str] | None = None) -> ReplicaObservation:
+    """The state of one replica from its pod; ``pod`` None means the pod is gone.
+
+    ``lost_nodes``: nodes NotReady or tainted unreachable/not-ready (name: why); ``known_nodes``: every node that
+    exists (None or empty: not known). A pod whose Ready condition is False or Unknown on a lost node is lost (the
+    node lifecycle controller sets that condition, never the phase, and no kubelet confirms its deletion); one whose
+    node no longer exists holds nothing.
+    """
     pod = as_dict(pod)
     if pod is None:
         return ReplicaObservation(rank, S.LOST, message=f"pod {name} vanished", gone=True)
     obs = replace(_observe(pod, rank, name, now, image_pull_grace), present=True)
-    if (pod.get("metadata") or {}).get("deletionTimestamp") and obs.state in (S.STARTING, S.RUNNING):
+    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if deleting and obs.state in (S.STARTING, S.RUNNING):
         obs = replace(obs, status="Terminating")
+    status = pod.get("status") or {}
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    ready = _condition(status, "Ready") or {}
+    if node and obs.state in (S.STARTING, S.RUNNING) and ready.get("status") in ("False", "Unknown"):
+        if known_nodes and node not in known_nodes:
+            obs = replace(obs, state=S.LOST, status="Unknown", present=False, gone=True,
+                          message=f"node {node} running pod {name} is gone")
+        elif node in (lost_nodes or {}):
+            obs = replace(obs, state=S.LOST, status="Unknown",
+                          message=f"node {node} running pod {name} is unreachable ({lost_nodes[node]})"
+                          + ("; the pod is stuck terminating" if deleting else ""))
+    if not obs.disruption and (cause := disruption_cause(status)):
+        obs = replace(obs, disruption=cause)
     return obs
+
+
+def disruption_cause(status: dict) -> str:
+    """Why the cluster ends the pod through no fault of the job, from its DisruptionTarget condition; "" if not."""
+    target = _condition(status, "DisruptionTarget")
+    if target is None or target.get("status") != "True":
+        return ""
+    reason = target.get("reason") or ""
+    return DISRUPTIONS.get(reason, f"disrupted by the cluster ({reason or 'DisruptionTarget'})")
+
+
+def node_suspect(pod: Any) -> bool:
+    """A pod placed on a node, not ended, its Ready condition False or Unknown: is its node alive?"""
+    pod = as_dict(pod)
+    if not pod or not (pod.get("spec") or {}).get("nodeName"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    return (_condition(status, "Ready") or {}).get("status") in ("False", "Unknown")
+
+
+def _eviction(message: str, node: str) -> str:
+    """The cause of an eviction: node pressure (a disruption) or "" when the pod went over its own limits."""
+    match = re.search(r"low on resource: ([\w./-]+)", message)
+    if match:
+        return f"evicted: node {match.group(1).rstrip('.')} pressure"
+    if "exceed" in message:  # over its own ephemeral-storage limit: the job's fault
+        return ""
+    return f"evicted from {node}" + (f": {message}" if message else "")
 
 
 def _observe(pod: dict, rank: int, name: str, now: datetime, grace: float) -> ReplicaObservation:
@@ -76,7 +141,13 @@ def _observe(pod: dict, rank: int, name: str, now: datetime, grace: float) -> Re
 
     if pod_reason == "Evicted":
         return ReplicaObservation(rank, S.FAILED, status="Evicted", reason="Evicted",
-                                  message=pod_message or f"pod {name} was evicted from {node}")
+                                  message=pod_message or f"pod {name} was evicted from {node}",
+                                  disruption=disruption_cause(status) or _eviction(pod_message, node))
+    if phase == "Failed" and (pod_reason in ADMISSION_ERRORS or pod_reason.startswith("OutOf")):
+        return ReplicaObservation(rank, S.FAILED, status=pod_reason, reason=pod_reason,
+                                  message=pod_message or f"pod {name} was refused by {node}",
+                                  disruption=f"refused by {node} at admission ({pod_reason})"
+                                  + (f": {pod_message}" if pod_message else ""))
     if phase == "Unknown" or pod_reason == "NodeLost":
         return ReplicaObservation(rank, S.LOST, status="Unknown",
                                   message=f"node {node} running pod {name} is unresponsive"
@@ -93,12 +164,18 @@ def _observe(pod: dict, rank: int, name: str, now: datetime, grace: float) -> Re
                                       message=message or f"pod {name} could not pull its image")
         return ReplicaObservation(rank, S.STARTING, status=prefix + reason, message=message)
 
-    # Init containers run one after the other before the main one.
+    # Init containers run one after the other before the main one; a native sidecar (an init container with
+    # restartPolicy Always) counts as done once started, and runs on beside it, as the kubelet has it.
     inits = status.get("initContainerStatuses") or []
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
     done = 0
     for c in inits:
         state = c.get("state") or {}
         terminated, waiting = state.get("terminated"), state.get("waiting")
+        if c.get("name") in sidecars and (terminated is not None or (state.get("running") is not None
+                                                                    and c.get("started") is not False)):
+            done += 1  # started (or stopped with the pod at its end)
+            continue
         if terminated is not None:
             if terminated.get("exitCode", 1) == 0:
                 done += 1
