@@ -22,6 +22,7 @@ from django.db import connections
 
 from .backends.base import Backend, BackendUnavailable, LaunchError
 from .launch import attempt_launch, attempt_relaunch
+from .leader import FENCE, Deposed
 from .values import LaunchSpec, ReplicaObservation, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,10 @@ class Actuator:
 
     def _call(self, key: tuple[str, int], fn: Callable[[], None]) -> None:
         try:
-            fn()
+            FENCE.check(f"{key[0]} {key[1]}")  # queued while leader, run after being deposed: refused
+            fn()  # (the backend checks the fence again right before each create and delete)
+        except Deposed as exc:  # the new leader decides
+            log.warning("%s", exc)
         except Exception:  # the next sync round decides again
             log.exception("%s of %s failed", *key)
         finally:

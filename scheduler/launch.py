@@ -10,8 +10,9 @@ from datetime import timedelta
 from django.db import transaction
 
 from jobs import services
-from jobs.choices import Phase
+from jobs.choices import Phase, Priority
 from jobs.models import Attempt, Job
+from jobs.ports import base_url
 
 from .backends.base import Backend, LaunchError
 from .values import LaunchReplica, LaunchSpec
@@ -69,6 +70,9 @@ def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
         request={str(k): v for k, v in job.request.items()},
         node_selector=dict(job.instance_type.node_selector or {}),
         tolerations=list(job.instance_type.tolerations or []),
+        gpu_resource=job.instance_type.gpu_resource,
+        capabilities=list(job.instance_type.capabilities or []),
+        priority=dict(Priority.choices).get(job.priority, str(job.priority)),
         deadline=job.admitted_at and job.admitted_at + timedelta(seconds=job.active_deadline_seconds),
     )
 
@@ -98,4 +102,6 @@ def replica_env(job: Job, attempt_number: int, rank: int) -> dict[str, str]:
         "PRIMEHUB_GROUP": group,
         "JOB_ATTEMPT": str(attempt_number),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
+        # Its web apps' path through the site (/jobs/<id>/ports/<port>/), when it declares ports.
+        **({"JOB_BASE_URL": base_url(job.pk, job.ports)} if job.ports else {}),
     }

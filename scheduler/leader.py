@@ -3,7 +3,8 @@
 - ``LeaseElector``: a ``coordination.k8s.io`` Lease (the default with the kubernetes backend). The holder renews it
   every ``retry`` seconds; a standby takes it over once the record has not changed for ``lease`` seconds, measured on
   its own clock from when it first saw that record (so clocks of different nodes need not agree). A leader that
-  could not renew for 2/3 of the lease steps down before anyone may take over. Patches carry the resourceVersion
+  could not renew for the renew deadline (JOBSITE_LEADER_RENEW_DEADLINE_SECONDS, below the lease) steps down
+  before anyone may take over. Patches carry the resourceVersion
   read as a precondition, so of two standbys racing for an expired lease the API server lets one win (409 for the
   other). (The test emulator does not check resourceVersions: there the race is not covered.)
 - ``AdvisoryLockElector``: a PostgreSQL session advisory lock on a connection of its own; the lock goes with the
@@ -12,6 +13,11 @@
 
 ``elector_from_settings()`` picks one from JOBSITE_LEADER_ELECTION (default: lease with the kubernetes backend,
 advisory on PostgreSQL, else sole).
+
+Fencing: with a Lease, ``FENCE`` is the elector's ``holds``, and the Kubernetes backend checks it right before
+every create and delete it sends (``FENCE.check``). A leader deposed while a launch or a stop was in flight on
+another thread (or that stalled past its renew deadline) has that call refused with ``Deposed``: the new leader
+alone changes the cluster.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -27,6 +35,32 @@ from django.conf import settings
 from django.db import connections
 
 log = logging.getLogger(__name__)
+
+
+class Deposed(Exception):
+    """A cluster-changing action refused: this scheduler no longer surely holds the leadership."""
+
+
+class Fence:
+    """What every cluster-changing action checks first: whether this process still holds the leader lease.
+    Open (no check) until an elector is put in (``use``): processes without a Lease, tests."""
+
+    def __init__(self) -> None:
+        self._holds: Callable[[], bool] | None = None
+        self._lock = threading.Lock()
+
+    def use(self, holds: Callable[[], bool] | None) -> None:
+        with self._lock:
+            self._holds = holds
+
+    def check(self, action: str) -> None:
+        with self._lock:
+            holds = self._holds
+        if holds is not None and not holds():
+            raise Deposed(f"refused to {action}: this scheduler no longer holds the leader lease")
+
+
+FENCE = Fence()
 
 ADVISORY_KEY = 0x6A6F6273  # "jobs"
 
@@ -106,12 +140,15 @@ class AdvisoryLockElector:
 
 
 class LeaseElector:
-    def __init__(self, coordination, *, name: str, namespace: str, lease_seconds: float, clock=time.monotonic):
+    def __init__(self, coordination, *, name: str, namespace: str, lease_seconds: float,
+                 renew_deadline: float | None = None, clock=time.monotonic):
         self.identity = identity()
         self.api = coordination
         self.name = name
         self.namespace = namespace
         self.lease_seconds = lease_seconds
+        # Below the lease: the leader stops acting before any standby may take over.
+        self.renew_deadline = min(renew_deadline or lease_seconds * 2 / 3, lease_seconds * 2 / 3)
         self.clock = clock
         self._observed: tuple | None = None  # (holder, renewTime, resourceVersion) last seen
         self._observed_at = 0.0
@@ -128,10 +165,16 @@ class LeaseElector:
             self._renewed_at = now
             return True
         # Could not renew: keep acting only while the lease we hold surely has not expired for the others.
-        if self._renewed_at is not None and now - self._renewed_at < self.lease_seconds * 2 / 3:
+        if self.holds():
             return True
         self._renewed_at = None
         return False
+
+    def holds(self) -> bool:
+        """Whether this process is the leader now: it renewed the lease within the renew deadline (the fence of
+        every cluster-changing action, checked on whichever thread acts)."""
+        renewed = self._renewed_at
+        return renewed is not None and self.clock() - renewed < self.renew_deadline
 
     def _round(self, now: float) -> bool:
         from kubernetes.client.exceptions import ApiException
@@ -229,12 +272,15 @@ def elector_from_settings() -> Elector:
 
         from .backends.kubernetes import load_api_client
 
-        return LeaseElector(
+        elector = LeaseElector(
             client.CoordinationV1Api(load_api_client()),
             name=settings.JOBSITE_LEADER_LEASE_NAME,
             namespace=settings.JOBSITE_LEADER_NAMESPACE or settings.JOBSITE_K8S_NAMESPACE,
             lease_seconds=settings.JOBSITE_LEADER_LEASE_SECONDS,
+            renew_deadline=settings.JOBSITE_LEADER_RENEW_DEADLINE_SECONDS,
         )
+        FENCE.use(elector.holds)
+        return elector
     if kind == "advisory":
         return AdvisoryLockElector()
     if kind == "none":

@@ -47,6 +47,9 @@ class ReplicaObservation:
     # LOST, and the backend knows nothing of it is left anywhere (its supervisor died leaving no process, its pod
     # was deleted), as opposed to a node it cannot reach, where it cannot tell.
     gone: bool = False
+    # Ended (or being ended) by the cluster through no fault of the job: why, e.g. "preempted by the cluster's
+    # scheduler", "evicted: node memory pressure". The attempt is requeued without spending the job's backoff.
+    disruption: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,4 +78,7 @@ class LaunchSpec:
     request: dict[str, int] = field(default_factory=dict)  # per replica: gpu, cpu (millicores), memory (bytes)
     node_selector: dict[str, str] = field(default_factory=dict)  # from the instance type
     tolerations: list[dict] = field(default_factory=list)  # from the instance type
+    gpu_resource: str = ""  # from the instance type: the extended resource of its GPUs ("": the backend's default)
+    capabilities: list[str] = field(default_factory=list)  # from the instance type: Linux capabilities kept
+    priority: str = ""  # the job's priority by name (low, normal, high)
     deadline: datetime | None = None  # admitted_at + active_deadline_seconds

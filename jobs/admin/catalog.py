@@ -21,7 +21,7 @@ class InstanceTypeAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["name", "display_name", "description"]}),
         ("Per replica", {"fields": ["gpu", "cpu_cores", "memory_gib"]}),
-        ("Kubernetes", {"fields": ["node_selector", "tolerations"]}),
+        ("Kubernetes", {"fields": ["node_selector", "tolerations", "gpu_resource", "capabilities"]}),
         ("Allowed for", {"fields": ["groups"]}),
     ]
     filter_horizontal = ["groups"]

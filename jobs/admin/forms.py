@@ -3,6 +3,7 @@ types, and an instance type in cores and GiB."""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from django import forms
@@ -12,6 +13,16 @@ from jobs.models import Group, GroupQuota, Image, InstanceType
 from jobs.rules import fmt_amount
 
 GIB = 1 << 30
+
+# The Linux capabilities a container may be given back (capabilities(7)), by their Kubernetes names.
+KNOWN_CAPABILITIES = frozenset("""
+    AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE DAC_READ_SEARCH
+    FOWNER FSETID IPC_LOCK IPC_OWNER KILL LEASE LINUX_IMMUTABLE MAC_ADMIN MAC_OVERRIDE MKNOD NET_ADMIN
+    NET_BIND_SERVICE NET_BROADCAST NET_RAW PERFMON SETFCAP SETGID SETPCAP SETUID SYS_ADMIN SYS_BOOT SYS_CHROOT
+    SYS_MODULE SYS_NICE SYS_PACCT SYS_PTRACE SYS_RAWIO SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG SYSLOG WAKE_ALARM
+""".split())
+# An extended resource name: <domain>/<name>, e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb.
+RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 class GroupQuotaForm(forms.ModelForm):
@@ -75,7 +86,8 @@ class InstanceTypeForm(forms.ModelForm):
 
     class Meta:
         model = InstanceType
-        fields = ["name", "display_name", "description", "gpu", "node_selector", "tolerations"]
+        fields = ["name", "display_name", "description", "gpu", "node_selector", "tolerations", "gpu_resource",
+                  "capabilities"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -95,6 +107,23 @@ class InstanceTypeForm(forms.ModelForm):
                 'A JSON list of Kubernetes tolerations, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists"}].'
             )
         return value
+
+    def clean_gpu_resource(self):
+        value = (self.cleaned_data.get("gpu_resource") or "").strip()
+        if value and not RESOURCE_NAME.match(value):
+            raise forms.ValidationError(
+                "An extended resource name such as nvidia.com/gpu or nvidia.com/mig-1g.10gb (empty: the default).")
+        return value
+
+    def clean_capabilities(self):
+        value = self.cleaned_data.get("capabilities") or []
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise forms.ValidationError('A JSON list of Linux capability names, e.g. ["IPC_LOCK"].')
+        names = [c.strip().upper().removeprefix("CAP_") for c in value]
+        unknown = sorted({n for n in names if n not in KNOWN_CAPABILITIES})
+        if unknown:
+            raise forms.ValidationError(f"Unknown Linux capabilities: {', '.join(unknown)} (e.g. IPC_LOCK, SYS_NICE).")
+        return sorted(set(names))
 
     def clean(self):
         cleaned = super().clean()

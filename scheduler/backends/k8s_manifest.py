@@ -8,18 +8,18 @@ the working directory is an emptyDir at /home/jovyan with a size limit, the grou
 /project/<group> and datasets at /datasets/<name>, both linked from the working directory by a small init
 container.
 
-The job is a boundary (DESIGN.md §4). Devices: a pod sees the GPUs the device plugin allocates to its
-``nvidia.com/gpu`` limit and no others; a pod without GPUs gets ``NVIDIA_VISIBLE_DEVICES=void``, so that the NVIDIA
-container runtime injects no device even when the image sets ``NVIDIA_VISIBLE_DEVICES=all`` (as CUDA images do), and
-a job's own ``env`` can name no device (``DEVICE_ENV`` is dropped from it). ``/dev/shm`` is a memory-backed emptyDir
-sized from the instance type (``shm_size_limit``). Network: every attempt gets a NetworkPolicy of its own
-(``build_network_policy``) that lets its pods reach one another and nothing else of the jobs namespace reach them;
-the static policies of deploy/base/networkpolicies.yaml deny the rest.
+The job is a boundary (DESIGN.md §4). Devices: a pod sees the GPUs the device plugin allocates to its ``nvidia.com/gpu``
+limit (or the instance type's own resource, e.g. a MIG slice) and no others; a pod without GPUs gets
+``NVIDIA_VISIBLE_DEVICES=void``, so that the NVIDIA container runtime injects no device even when the image sets
+``NVIDIA_VISIBLE_DEVICES=all`` (as CUDA images do), and a job's own ``env`` can name no device (``DEVICE_ENV`` is
+dropped from it). ``/dev/shm`` is a memory-backed emptyDir sized from the instance type (``shm_size_limit``). Network:
+every attempt gets a NetworkPolicy of its own (``build_network_policy``) that lets its pods reach one another and
+nothing else of the jobs namespace reach them; the static policies of deploy/base/networkpolicies.yaml deny the rest.
 
-Every container gets what Pod Security `restricted` asks of it (no privilege escalation, all capabilities dropped,
-the runtime's default seccomp profile); the pod runs as non-root when a user id is configured
-(``PodDefaults.run_as_user``), else as the image's user, which for many GPU images is root: hence the jobs
-namespace enforces `baseline` (deploy/base/namespaces.yaml).
+Every container gets what Pod Security `restricted` asks of it (no privilege escalation, all capabilities dropped but
+those the instance type keeps, e.g. IPC_LOCK for InfiniBand, the runtime's default seccomp profile); the pod runs as
+non-root when a user id is configured (``PodDefaults.run_as_user``), else as the image's user, which for many GPU images
+is root: hence the jobs namespace enforces `baseline` (deploy/base/namespaces.yaml).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ LABEL_JOB = "jobsite/job-id"
 LABEL_ATTEMPT = "jobsite/attempt"
 LABEL_REPLICA = "jobsite/replica"
 LABEL_GROUP = "jobsite/group"
+# Who made an object (JOBSITE_INSTALLATION_ID) and for which attempt (its database id): label and annotation both.
+LABEL_INSTALLATION = "jobsite/installation"
+LABEL_ATTEMPT_UID = "jobsite/attempt-uid"
 SELECTOR = f"{MANAGED_BY}={MANAGER}"
 
 CONTAINER = "main"
@@ -96,8 +99,31 @@ def attempt_labels(job_id: int, attempt_number: int) -> dict[str, str]:
     return {MANAGED_BY: MANAGER, LABEL_JOB: str(job_id), LABEL_ATTEMPT: str(attempt_number)}
 
 
+def installation_selector(installation: str) -> str:
+    """The label selector of this installation's objects."""
+    return f"{SELECTOR},{LABEL_INSTALLATION}={installation}"
+
+
+def owner_marks(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, str]:
+    """Installation and attempt uid of every object an attempt creates (labels and annotations alike)."""
+    return {LABEL_INSTALLATION: defaults.installation, LABEL_ATTEMPT_UID: str(spec.attempt_id)}
+
+
 def is_managed(obj: dict) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == MANAGER
+
+
+def is_ours(obj: dict, installation: str) -> bool:
+    """Made by this installation of jobsite."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(MANAGED_BY) == MANAGER and labels.get(LABEL_INSTALLATION) == installation
+
+
+def owned_by(obj: dict, installation: str, attempt_id: int) -> bool:
+    """Made by this installation for this very attempt (label and annotation agree)."""
+    metadata = obj.get("metadata") or {}
+    want = {LABEL_INSTALLATION: installation, LABEL_ATTEMPT_UID: str(attempt_id)}
+    return all((metadata.get(where) or {}).get(k) == v for where in ("labels", "annotations") for k, v in want.items())
 
 
 def attempt_of(obj: dict) -> tuple[int, int, int | None] | None:
@@ -127,6 +153,11 @@ class PodDefaults:
     # /dev/shm of a replica: this fraction of its memory request, at most shm_max bytes (None: no cap).
     shm_fraction: float = 0.5
     shm_max: int | None = None
+    installation: str = "jobsite"  # JOBSITE_INSTALLATION_ID
+    gpu_resource: str = GPU_RESOURCE  # an instance type without its own gpu_resource
+    priority_classes: dict[str, str] = field(default_factory=dict)  # job priority name -> priorityClassName
+    ephemeral_request: str = ""  # ephemeral-storage per replica ("": none)
+    ephemeral_limit: str = ""
 
     @classmethod
     def from_settings(cls, namespace: str | None = None) -> PodDefaults:
@@ -142,7 +173,35 @@ class PodDefaults:
             run_as_group=_optional_int(settings.JOBSITE_K8S_RUN_AS_GROUP),
             shm_fraction=_shm_fraction(settings.JOBSITE_K8S_SHM_FRACTION),
             shm_max=int(parse_quantity(settings.JOBSITE_K8S_SHM_MAX)) if settings.JOBSITE_K8S_SHM_MAX else None,
+            installation=_installation(settings.JOBSITE_INSTALLATION_ID),
+            gpu_resource=settings.JOBSITE_K8S_GPU_RESOURCE or GPU_RESOURCE,
+            priority_classes={str(k): str(v) for k, v in (settings.JOBSITE_K8S_PRIORITY_CLASSES or {}).items() if v},
+            ephemeral_request=_quantity("JOBSITE_K8S_EPHEMERAL_STORAGE_REQUEST",
+                                        settings.JOBSITE_K8S_EPHEMERAL_STORAGE_REQUEST),
+            ephemeral_limit=_quantity("JOBSITE_K8S_EPHEMERAL_STORAGE_LIMIT",
+                                      settings.JOBSITE_K8S_EPHEMERAL_STORAGE_LIMIT),
         )
+
+
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def _installation(value: Any) -> str:
+    value = str(value or "")
+    if not LABEL_VALUE.match(value):
+        raise ImproperlyConfigured(f"JOBSITE_INSTALLATION_ID must be a label value (letters, digits, '-', '_', '.', "
+                                   f"at most 63), not {value!r}")
+    return value
+
+
+def _quantity(name: str, value: Any) -> str:
+    value = str(value or "").strip()
+    if value:
+        try:
+            parse_quantity(value)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name} must be a quantity such as 20Gi, not {value!r}") from exc
+    return value
 
 
 def _optional_int(value: Any) -> int | None:
@@ -206,18 +265,35 @@ def merge_tolerations(defaults: list[dict], extra: list[dict]) -> list[dict]:
     return result
 
 
-def resources(request: dict[str, int]) -> dict[str, dict[str, str]]:
-    """Requests equal to limits (Guaranteed QoS): CPU in millicores, memory in bytes, GPUs as nvidia.com/gpu."""
+def resources(request: dict[str, int], *, gpu_resource: str = GPU_RESOURCE, ephemeral_request: str = "",
+              ephemeral_limit: str = "") -> dict[str, dict[str, str]]:
+    """Requests equal to limits (Guaranteed QoS): CPU in millicores, memory in bytes, GPUs as ``gpu_resource``
+    (nvidia.com/gpu, or a MIG slice such as nvidia.com/mig-1g.10gb); ephemeral storage as configured (it does not
+    count towards QoS: the pod stays Guaranteed; a limit makes the kubelet evict a replica that writes more)."""
     amounts: dict[str, str] = {}
     if request.get("cpu"):
         amounts["cpu"] = f"{int(request['cpu'])}m"
     if request.get("memory"):
         amounts["memory"] = str(int(request["memory"]))
     if request.get("gpu"):
-        amounts[GPU_RESOURCE] = str(int(request["gpu"]))
-    if not amounts:
+        amounts[gpu_resource or GPU_RESOURCE] = str(int(request["gpu"]))
+    requests, limits = dict(amounts), dict(amounts)
+    if ephemeral_request:
+        requests["ephemeral-storage"] = ephemeral_request
+    if ephemeral_limit:
+        limits["ephemeral-storage"] = ephemeral_limit
+    if not requests and not limits:
         return {}
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    return {"requests": requests, "limits": limits}
+
+
+def container_security_context(capabilities: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """``CONTAINER_SECURITY_CONTEXT``, adding back the instance type's capabilities (e.g. IPC_LOCK for InfiniBand)."""
+    context = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
+    extra = sorted({str(c).upper().removeprefix("CAP_") for c in capabilities if str(c).strip()})
+    if extra:
+        context["capabilities"]["add"] = extra
+    return context
 
 
 def shm_size_limit(request: dict[str, int], defaults: PodDefaults) -> str | None:
@@ -258,14 +334,16 @@ def build_service(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, Any] | N
     """The headless Service of a multi-replica attempt (its pods' DNS names), or None for one replica."""
     if len(spec.replicas) < 2:
         return None
-    labels = attempt_labels(spec.job_id, spec.attempt_number)
+    labels = {**attempt_labels(spec.job_id, spec.attempt_number), LABEL_INSTALLATION: defaults.installation}
+    marks = owner_marks(spec, defaults)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": service_name(spec.job_id, spec.attempt_number),
             "namespace": defaults.namespace,
-            "labels": dict(labels),
+            "labels": {**labels, **marks},
+            "annotations": dict(marks),
         },
         "spec": {
             "clusterIP": "None",
@@ -284,7 +362,8 @@ def build_network_policy(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, A
     policy cannot say "a pod of the same job", hence one per attempt, created before its pods and deleted with them.
     An attempt rather than a job: the pods of an attempt being replaced never meet those of the next.
     """
-    labels = attempt_labels(spec.job_id, spec.attempt_number)
+    labels = {**attempt_labels(spec.job_id, spec.attempt_number), LABEL_INSTALLATION: defaults.installation}
+    marks = owner_marks(spec, defaults)
     same_attempt = [{"podSelector": {"matchLabels": dict(labels)}}]
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -292,7 +371,8 @@ def build_network_policy(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, A
         "metadata": {
             "name": network_policy_name(spec.job_id, spec.attempt_number),
             "namespace": defaults.namespace,
-            "labels": dict(labels),
+            "labels": {**labels, **marks},
+            "annotations": dict(marks),
         },
         "spec": {
             "podSelector": {"matchLabels": dict(labels)},
@@ -305,10 +385,12 @@ def build_network_policy(spec: LaunchSpec, defaults: PodDefaults) -> dict[str, A
 
 def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *, now: datetime) -> dict[str, Any]:
     name = pod_name(spec.job_id, spec.attempt_number, replica.rank)
-    labels = {**attempt_labels(spec.job_id, spec.attempt_number), LABEL_REPLICA: str(replica.rank)}
+    marks = owner_marks(spec, defaults)
+    labels = {**attempt_labels(spec.job_id, spec.attempt_number), LABEL_REPLICA: str(replica.rank), **marks}
     if spec.group:
         labels[LABEL_GROUP] = spec.group
     annotations = {k: v for k, v in {"jobsite/job-name": spec.job_name, "jobsite/user": spec.user}.items() if v}
+    annotations.update(marks)
     hosts = replica_hosts(spec)
     annotations[HOSTFILE_ANNOTATION] = hostfile_text(hosts, gpus=int(spec.request.get("gpu", 0)))
 
@@ -348,9 +430,11 @@ def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *
         "workingDir": WORKDIR,
         "env": [{"name": k, "value": str(v)} for k, v in env.items()],
         "volumeMounts": mounts,
-        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": container_security_context(spec.capabilities),
     }
-    container_resources = resources(spec.request)
+    container_resources = resources(spec.request, gpu_resource=spec.gpu_resource or defaults.gpu_resource,
+                                    ephemeral_request=defaults.ephemeral_request,
+                                    ephemeral_limit=defaults.ephemeral_limit)
     if container_resources:
         container["resources"] = container_resources
 
@@ -381,6 +465,8 @@ def build_pod(spec: LaunchSpec, replica: LaunchReplica, defaults: PodDefaults, *
         pod_spec["tolerations"] = tolerations
     if defaults.affinity:
         pod_spec["affinity"] = defaults.affinity
+    if defaults.priority_classes.get(spec.priority):
+        pod_spec["priorityClassName"] = defaults.priority_classes[spec.priority]
     if defaults.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s} for s in defaults.image_pull_secrets]
     if spec.deadline is not None:

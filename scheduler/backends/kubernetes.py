@@ -2,7 +2,8 @@
 
 - launch: the attempt's PodGroup (multi-replica, with JOBSITE_K8S_GANG_SCHEDULING: ``k8s_gang``), NetworkPolicy,
   headless Service (multi-replica) and pods, built by ``k8s_manifest``, in that order; transient API errors (5xx,
-  429, timeouts) are retried with backoff, 409 AlreadyExists means it was already created, any other 4xx is a
+  429, timeouts) are retried with backoff, 409 AlreadyExists adopts a pod only when it is this attempt's own
+  (``k8s_adopt``: installation and attempt uid; else a ``LaunchError`` naming the owner), any other 4xx is a
   ``LaunchError`` (a cluster refusing the NetworkPolicy fails the launch: no job pod runs unisolated).
   A launch cut short by an API outage (``KubernetesUnavailable``) is tried again by the scheduler's actuator.
 - observe: reads an informer's cache of the managed pods (a direct GET when the cache has no answer), maps each
@@ -12,8 +13,9 @@
 - stop / cleanup / delete_orphans: always archive what is left of a pod's log before deleting it; the attempt's
   Service and PodGroup go with its pods, its NetworkPolicy once they are gone (cleanup, or delete_orphans after a
   stop: pods in their grace period still reach each other). ``delete_orphans`` (the leader's sync, every
-  JOBSITE_K8S_RESYNC_SECONDS) deletes managed pods, services, NetworkPolicies and (gang scheduling on) PodGroups
-  of no live attempt, as its caller says which are live.
+  JOBSITE_K8S_RESYNC_SECONDS) deletes this installation's pods, services, NetworkPolicies and (gang scheduling on)
+  PodGroups of no live attempt, as its caller says which are live. All is watched and listed by this installation's
+  label (JOBSITE_INSTALLATION_ID). Every create and delete checks ``scheduler.leader.FENCE`` first (fencing).
 - nodes: the Ready nodes' allocatable GPUs/CPU/memory (``k8s_nodes``), read by a thread of their own when
   JOBSITE_K8S_CHECK_CAPACITY is on (none when it is off): asking never waits on the API.
 
@@ -43,9 +45,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from scheduler import metrics
+from scheduler.leader import FENCE
 from scheduler.values import LaunchSpec, Node, ReplicaObservation
 
 from .base import BackendDefaults, BackendEvent, LaunchError, LiveAttempts, LogLayout
+from .k8s_adopt import PodConflict, create_pod
 from .k8s_api import api_message, call, load_api_client
 from .k8s_events import fresh_events, is_job_pod_event
 from .k8s_gang import GangSettings, build_podgroup, gang_pods, podgroup_name
@@ -53,19 +57,20 @@ from .k8s_informer import Informer
 from .k8s_log_keeping import PodLogKeeper
 from .k8s_logs import LogArchiver
 from .k8s_manifest import (
-    SELECTOR,
     TERMINATION_GRACE_SECONDS,
     PodDefaults,
     attempt_of,
     build_attempt,
     build_network_policy,
-    is_managed,
+    installation_selector,
+    is_ours,
     network_policy_name,
+    owner_marks,
     pod_name,
     service_name,
 )
-from .k8s_nodes import read_nodes
-from .k8s_status import observe_pod
+from .k8s_nodes import NodeHealthCache, list_node_items, read_nodes
+from .k8s_status import node_suspect, observe_pod
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +126,7 @@ class KubernetesBackend(BackendDefaults):
         self._nodes: list[Node] | None = None  # the last read of the nodes (capacity checking)
         self._nodes_read = threading.Event()
         self._nodes_thread: threading.Thread | None = None
+        self._node_health = NodeHealthCache(lambda: list_node_items(self.core, self._call))  # lost nodes
         self._closing = threading.Event()
         KubernetesBackend.instances.add(self)
 
@@ -147,13 +153,22 @@ class KubernetesBackend(BackendDefaults):
         return PodLogKeeper(core=self.core, namespace=self.namespace, root=self.log_root, layout=self.log_layout,
                             workers=settings.JOBSITE_K8S_LOG_WORKERS, refresh_seconds=self.log_refresh)
 
+    @property
+    def selector(self) -> str:
+        """The label selector of this installation's objects (JOBSITE_INSTALLATION_ID): never another's."""
+        return installation_selector(self.defaults.installation)
+
+    def is_ours(self, obj: dict) -> bool:
+        return is_ours(obj, self.defaults.installation)
+
     def _call(self, fn: Callable[..., Any], *args: Any, retries: int | None = None, **kwargs: Any) -> Any:
         """Call the API, retrying transient failures with doubling backoff; other errors are raised at once."""
         return call(fn, *args, retries=self.retries if retries is None else retries, retry_base=self.retry_base,
                     **kwargs)
 
     def _delete(self, fn: Callable[..., Any], name: str, **kwargs: Any) -> bool:
-        """Delete, treating 404 as done. True if something was deleted."""
+        """Delete, treating 404 as done. True if something was deleted. Refused once deposed (``FENCE``)."""
+        FENCE.check(f"delete {name}")
         try:
             self._call(fn, name, self.namespace, **kwargs)
             return True
@@ -172,7 +187,7 @@ class KubernetesBackend(BackendDefaults):
                               watch_timeout=settings.JOBSITE_K8S_WATCH_TIMEOUT_SECONDS, retry_base=self.retry_base)
                 self._pods = Informer(
                     name="pods", list_func=self.core.list_namespaced_pod, namespace=self.namespace,
-                    list_kwargs={"label_selector": SELECTOR}, accept=is_managed, **common,
+                    list_kwargs={"label_selector": self.selector}, accept=self.is_ours, **common,
                 )
                 self._events = Informer(
                     name="events", list_func=self.core.list_namespaced_event, namespace=self.namespace,
@@ -243,6 +258,8 @@ class KubernetesBackend(BackendDefaults):
         service, pods = build_attempt(spec, self.defaults, now=timezone.now())
         pods = gang_pods(spec, pods, self.gang)
         podgroup = build_podgroup(spec, pods, self.gang, namespace=self.namespace)
+        if podgroup is not None:  # this installation's, for delete_orphans
+            podgroup["metadata"].setdefault("labels", {}).update(owner_marks(spec, self.defaults))
         policy = build_network_policy(spec, self.defaults)
         creating = "pods"
         try:
@@ -254,10 +271,20 @@ class KubernetesBackend(BackendDefaults):
             creating = "NetworkPolicy"  # before the pods: they never run unisolated, and find each other at once
             self._create(self.networking.create_namespaced_network_policy, policy, retries)
             creating = "pods"
-            if service is not None:
-                self._create(self.core.create_namespaced_service, service, retries)
+            made_service = service is not None and self._create(self.core.create_namespaced_service, service, retries)
+            created: list[str] = []
             for pod in pods:
-                self._create(self.core.create_namespaced_pod, pod, retries)
+                if self._create_pod(spec, pod, retries):
+                    created.append(pod["metadata"]["name"])
+        except PodConflict as exc:  # someone else's pod has the name: leave it, remove only what this launch made
+            try:
+                for name in created:
+                    self._delete(self.core.delete_namespaced_pod, name, grace_period_seconds=0)
+                if made_service:
+                    self._delete(self.core.delete_namespaced_service, service["metadata"]["name"])
+            except Exception:
+                log.exception("could not remove what was created of job %s attempt %s", *key)
+            raise LaunchError(str(exc)) from exc
         except ApiException as exc:  # rejected (422 invalid, 403 forbidden or over a ResourceQuota, ...)
             try:
                 self._delete_attempt(spec.job_id, spec.attempt_number, len(spec.replicas), force=True, policy=True)
@@ -276,15 +303,23 @@ class KubernetesBackend(BackendDefaults):
         return data
 
     def _create(self, fn: Callable[..., Any], body: dict, retries: int | None, *,
-                args: tuple[Any, ...] | None = None) -> None:
-        """Create ``body`` (``fn(*args, body)``; args: the namespace), treating 409 AlreadyExists as done."""
+                args: tuple[Any, ...] | None = None) -> bool:
+        """Create ``body`` (``fn(*args, body)``; args: the namespace), treating 409 AlreadyExists as done (pods:
+        ``_create_pod``, which checks whose it is). True if this call created it. Refused once deposed."""
+        FENCE.check(f"create {body['kind']} {body['metadata']['name']}")
         try:
             self._call(fn, *(args or (self.namespace,)), body, retries=retries)
+            return True
         except ApiException as exc:
             if exc.status != 409:
                 raise
             # Already exists: an earlier try got through before its answer was lost. Same name, same attempt.
             log.info("%s %s already exists", body["kind"], body["metadata"]["name"])
+            return False
+
+    def _create_pod(self, spec: LaunchSpec, pod: dict, retries: int | None) -> bool:
+        """Create a pod, adopting only this attempt's own (``k8s_adopt``); True if this call created it."""
+        return create_pod(self, spec, pod, retries)
 
     def stop(self, *, job_id: int, attempt_number: int, replicas: int, force: bool = False) -> None:
         self._delete_attempt(job_id, attempt_number, replicas, force=force, archive=True)
@@ -317,6 +352,7 @@ class KubernetesBackend(BackendDefaults):
         """Delete a PodGroup of the configured API, treating 404 as done. True if something was deleted."""
         api = self.gang.api
         assert api is not None
+        FENCE.check(f"delete PodGroup {name}")
         try:
             self._call(self.custom.delete_namespaced_custom_object, api.group, api.version, self.namespace,
                        api.plural, name)
@@ -330,10 +366,12 @@ class KubernetesBackend(BackendDefaults):
         self.start()
         now = timezone.now()
         result = []
-        for rank in range(replicas):
+        pods = [self._pod(pod_name(job_id, attempt_number, rank)) for rank in range(replicas)]
+        health = self._node_health.get() if any(node_suspect(p) for p in pods) else None
+        for rank, pod in enumerate(pods):
             name = pod_name(job_id, attempt_number, rank)
-            pod = self._pod(name)
-            obs = observe_pod(pod, rank=rank, name=name, now=now, image_pull_grace=self.image_pull_grace)
+            obs = observe_pod(pod, rank=rank, name=name, now=now, image_pull_grace=self.image_pull_grace,
+                              lost_nodes=health.lost if health else None, known_nodes=health.known if health else None)
             if pod is not None:
                 self.logs.keep(job_id=job_id, attempt_number=attempt_number, rank=rank, name=name, pod=pod, obs=obs)
             result.append(obs)
@@ -369,9 +407,9 @@ class KubernetesBackend(BackendDefaults):
         informer = self._pods
         if informer is not None and informer.synced.is_set():
             return informer.items()
-        data = json.loads(self._call(self.core.list_namespaced_pod, self.namespace, label_selector=SELECTOR,
+        data = json.loads(self._call(self.core.list_namespaced_pod, self.namespace, label_selector=self.selector,
                                      _preload_content=False).data or b"{}")
-        return [p for p in data.get("items") or [] if is_managed(p)]
+        return [p for p in data.get("items") or [] if self.is_ours(p)]
 
     # --- logs and events ---------------------------------------------------------------------------------
 
@@ -401,12 +439,12 @@ class KubernetesBackend(BackendDefaults):
         attempt among them. PodGroups are read (and their API called at all) only with gang scheduling on.
         """
         pods = self.managed_pods()
-        data = json.loads(self._call(self.core.list_namespaced_service, self.namespace, label_selector=SELECTOR,
+        data = json.loads(self._call(self.core.list_namespaced_service, self.namespace, label_selector=self.selector,
                                      _preload_content=False).data or b"{}")
-        services = [s for s in data.get("items") or [] if is_managed(s)]
+        services = [s for s in data.get("items") or [] if self.is_ours(s)]
         data = json.loads(self._call(self.networking.list_namespaced_network_policy, self.namespace,
-                                     label_selector=SELECTOR, _preload_content=False).data or b"{}")
-        policies = [p for p in data.get("items") or [] if is_managed(p)]
+                                     label_selector=self.selector, _preload_content=False).data or b"{}")
+        policies = [p for p in data.get("items") or [] if self.is_ours(p)]
         podgroups = self._managed_podgroups()
         live_now = live()
         deleted = []
@@ -456,6 +494,6 @@ class KubernetesBackend(BackendDefaults):
         if api is None:
             return []
         data = json.loads(self._call(self.custom.list_namespaced_custom_object, api.group, api.version,
-                                     self.namespace, api.plural, label_selector=SELECTOR,
+                                     self.namespace, api.plural, label_selector=self.selector,
                                      _preload_content=False).data or b"{}")
-        return [g for g in data.get("items") or [] if is_managed(g)]
+        return [g for g in data.get("items") or [] if self.is_ours(g)]

@@ -12,7 +12,11 @@ labels, images):
   and ``null`` deletes a key; lists are replaced, and patching a list that Kubernetes merges by key (containers,
   volumes, env, ports...) is refused, since that merge is not implemented here;
 - ``labels``: ``pairs`` added to every object's metadata.labels (``includeSelectors``/``includeTemplates`` refused);
-- ``images``: ``name`` with ``newName``/``newTag``/``digest``, on every ``containers``/``initContainers`` image.
+- ``images``: ``name`` with ``newName``/``newTag``/``digest``, on every ``containers``/``initContainers`` image;
+- ``configMapGenerator``: ``name``, ``namespace``, ``envs`` (``KEY=value`` lines, ``#`` comments) and ``literals``,
+  ``behavior`` create or merge. Run after resources and components, before patches; once everything is built, each
+  generated ConfigMap's name gets kustomize's content hash suffix and every reference to it in its namespace
+  (envFrom, env, volumes) follows, so a changed setting rolls the pods that read it.
 
 Anything else in a kustomization is refused with ``Unsupported``, so deploy/ cannot silently use more than this.
 """
@@ -20,6 +24,8 @@ Anything else in a kustomization is refused with ``Unsupported``, so deploy/ can
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,9 @@ from typing import Any
 import yaml
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-SUPPORTED_FIELDS = frozenset({"apiVersion", "kind", "resources", "components", "patches", "labels", "images"})
+SUPPORTED_FIELDS = frozenset({"apiVersion", "kind", "resources", "components", "patches", "labels", "images",
+                              "configMapGenerator"})
+GENERATED = "__generated__"  # marks a generated ConfigMap until build() gives it its hashed name
 # Lists a strategic merge patch merges by key instead of replacing (Kubernetes' patchMergeKey fields).
 MERGED_LISTS = frozenset({
     "containers", "initContainers", "ephemeralContainers", "volumes", "volumeMounts", "volumeDevices", "env",
@@ -72,6 +80,7 @@ def object_id(obj: dict) -> tuple[str, str, str, str]:
 def build(directory: Path | str) -> list[dict]:
     """The objects `kubectl kustomize <directory>` would print (in file order rather than kustomize's)."""
     objects = _accumulate(Path(directory).resolve(), [], expect_kind="Kustomization")
+    _hash_generated(objects)
     seen: set[tuple] = set()
     for obj in objects:
         key = object_id(obj)
@@ -102,6 +111,8 @@ def _accumulate(directory: Path, objects: list[dict], *, expect_kind: str) -> li
             raise BuildError(f"{path}: resource {entry} not found")
     for entry in k.get("components", []):
         objects = _accumulate((directory / entry).resolve(), objects, expect_kind="Component")
+    for entry in k.get("configMapGenerator", []):
+        _generate(objects, entry, directory=directory, source=path)
     for entry in k.get("patches", []):
         if set(entry) != {"path"}:
             raise Unsupported(f"{path}: patch {entry} (only `path`, without target or options)")
@@ -119,6 +130,72 @@ def _accumulate(directory: Path, objects: list[dict], *, expect_kind: str) -> li
         for obj in objects:
             _set_images(obj, entry)
     return objects
+
+
+def _generate(objects: list[dict], entry: dict, *, directory: Path, source: Path) -> None:
+    if set(entry) - {"name", "namespace", "envs", "literals", "behavior"}:
+        raise Unsupported(f"{source}: configMapGenerator {entry}")
+    data: dict[str, str] = {}
+    for env in entry.get("envs", []):
+        for line in (directory / env).read_text().splitlines():
+            line = line.lstrip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise Unsupported(f"{directory / env}: {line!r} (a value from the environment)")
+            if key in data:
+                raise BuildError(f"{directory / env}: {key} twice")
+            data[key] = value
+    for literal in entry.get("literals", []):
+        key, _, value = literal.partition("=")
+        data[key] = value
+    namespace = entry.get("namespace") or "default"
+    behavior = entry.get("behavior", "create")
+    existing = [o for o in objects if o.get(GENERATED) and object_id(o) == ("", "ConfigMap", namespace, entry["name"])]
+    if behavior == "merge":
+        if len(existing) != 1:
+            raise BuildError(f"{source}: merge into {entry['name']}, which is not generated")
+        existing[0]["data"] = {**existing[0].get("data", {}), **data}
+        return
+    if behavior != "create":
+        raise Unsupported(f"{source}: behavior {behavior}")
+    objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": entry["name"],
+                    "namespace": namespace}, "data": data, GENERATED: True})
+
+
+def config_map_hash(data: dict[str, str]) -> str:
+    """kustomize's suffix of a generated ConfigMap: its data, kind and an empty name, as Go's json.Marshal writes
+    them, hashed by SHA-256; the first ten hex digits with 0, 1, 3, a, e spelt g, h, k, m, t."""
+    text = json.dumps({"data": data, "kind": "ConfigMap", "name": ""}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+    for char, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
+        text = text.replace(char, escaped)
+    return hashlib.sha256(text.encode()).hexdigest()[:10].translate(str.maketrans("013ae", "ghkmt"))
+
+
+def _hash_generated(objects: list[dict]) -> None:
+    for obj in objects:
+        if not obj.pop(GENERATED, False):
+            continue
+        meta = obj["metadata"]
+        old, namespace = meta["name"], meta.get("namespace") or "default"
+        meta["name"] = f"{old}-{config_map_hash(obj.get('data', {}))}"
+        for other in objects:
+            if other is not obj and (other.get("metadata") or {}).get("namespace", "default") == namespace:
+                _rename_refs(other, old, meta["name"])
+
+
+def _rename_refs(node: Any, old: str, new: str) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("configMapRef", "configMapKeyRef", "configMap") and isinstance(value, dict) \
+                    and value.get("name") == old:
+                value["name"] = new
+            _rename_refs(value, old, new)
+    elif isinstance(node, list):
+        for item in node:
+            _rename_refs(item, old, new)
 
 
 def _apply_patch(objects: list[dict], patch: dict, *, source: Path) -> None:

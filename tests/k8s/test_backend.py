@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.conf import settings as dj
 from django.utils import timezone
 from kubernetes import client
 
@@ -42,7 +43,8 @@ def test_gpu_job_runs_to_success_with_events_and_a_log_that_outlives_the_pod(sub
     pod = core.read_namespaced_pod(name, NAMESPACE)
     main = pod.spec.containers[0]
     assert main.resources.limits["nvidia.com/gpu"] == "1"
-    assert main.resources.requests == {"cpu": "8000m", "memory": str(32 << 30), "nvidia.com/gpu": "1"}
+    assert main.resources.requests == {"cpu": "8000m", "memory": str(32 << 30), "nvidia.com/gpu": "1",
+                                       "ephemeral-storage": "10Gi"}
     env = {e.name: e.value for e in main.env}
     assert env["JOB_ID"] == str(job.pk) and env["JOB_USER"] == "bob" and env["JOB_GROUP"] == "phusers"
     assert env["RANK"] == "0" and env["WORLD_SIZE"] == "1" and env["LR"] == "0.5"
@@ -265,14 +267,14 @@ def test_err_image_pull_past_the_grace_fails_the_job(submit, kubelet, run_hooks)
     assert "Back-off pulling image" in job.message
 
 
-def test_evicted_pod_fails_the_job(submit, kubelet, run_hooks):
+def test_pod_evicted_over_its_own_limits_fails_the_job(submit, kubelet, run_hooks):  # node pressure: requeued
     job = admit_and_launch(submit("bob", "cpu-tiny"))
     name = name_of(job)
     kubelet.running(name)
-    kubelet.patch(name, {"phase": "Failed", "reason": "Evicted", "message": "The node was low on memory."})
+    over = "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi."
+    kubelet.patch(name, {"phase": "Failed", "reason": "Evicted", "message": over})
     settle({name: phase_is("Failed")})
-    job = sync_until(job, {Phase.FAILED}, run_hooks)
-    assert (job.reason, job.message) == ("Evicted", "The node was low on memory.")
+    assert (sync_until(job, {Phase.FAILED}, run_hooks).reason, job.message) == ("Evicted", over)
 
 
 def test_a_vanished_pod_requeues_the_attempt_at_once(submit, core, kubelet):
@@ -331,7 +333,8 @@ def test_reconcile_deletes_orphans_only(submit, core, kubelet, k8s):
     def stray(name, job_id, attempt, rank=0, managed=True):
         labels = {"jobsite/job-id": str(job_id), "jobsite/attempt": str(attempt), "jobsite/replica": str(rank)}
         if managed:
-            labels["app.kubernetes.io/managed-by"] = "jobsite"
+            labels.update({"app.kubernetes.io/managed-by": "jobsite",
+                           "jobsite/installation": dj.JOBSITE_INSTALLATION_ID})
         core.create_namespaced_pod(NAMESPACE, {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
@@ -343,7 +346,8 @@ def test_reconcile_deletes_orphans_only(submit, core, kubelet, k8s):
     core.create_namespaced_service(NAMESPACE, {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "job-99999-1", "namespace": NAMESPACE, "labels": {
-            "app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "99999", "jobsite/attempt": "1"}},
+            "app.kubernetes.io/managed-by": "jobsite", "jobsite/installation": dj.JOBSITE_INSTALLATION_ID,
+            "jobsite/job-id": "99999", "jobsite/attempt": "1"}},
         "spec": {"clusterIP": "None", "selector": {"jobsite/job-id": "99999"}}})
     k8s.emu.logs[(NAMESPACE, "job-99999-1-0")] = "orphan output\n"
     kubelet.running("job-99999-1-0")
@@ -368,8 +372,8 @@ def test_the_leaders_sync_round_deletes_orphans_and_nothing_else_does(settings, 
     core.create_namespaced_pod(NAMESPACE, {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "job-424242-1-0", "namespace": NAMESPACE, "labels": {
-            "app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "424242", "jobsite/attempt": "1",
-            "jobsite/replica": "0"}},
+            "app.kubernetes.io/managed-by": "jobsite", "jobsite/installation": dj.JOBSITE_INSTALLATION_ID,
+            "jobsite/job-id": "424242", "jobsite/attempt": "1", "jobsite/replica": "0"}},
         "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
     wait_for(lambda: b.pods_informer.get("job-424242-1-0"), what="the orphan in the cache")
     # The watch alone (any process) deletes nothing: its relists and resyncs only read.

@@ -112,8 +112,15 @@ def all_containers(pod: dict) -> list[dict]:
     return pod.get("initContainers", []) + pod["containers"]
 
 
+def config_map(docs: list[dict]) -> dict:
+    """The settings' ConfigMap, generated as jobsite-config-<hash of its content> (test_deploy_ha.py)."""
+    [obj] = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"].startswith("jobsite-config-")
+             and d["metadata"].get("namespace") == CONTROL]
+    return obj
+
+
 def config(docs: list[dict]) -> dict[str, str]:
-    return get(docs, "ConfigMap", "jobsite-config", CONTROL)["data"]
+    return config_map(docs)["data"]
 
 
 def rules_by_group(rules: list[dict]) -> dict[str, dict[str, frozenset[str]]]:
@@ -312,7 +319,7 @@ def test_the_restricted_checker_catches_what_restricted_forbids():
 def test_each_role_has_its_own_service_account_and_only_the_scheduler_has_rights(target):
     docs = rendered(target)
     accounts = {sa["metadata"]["name"]: sa for sa in of_kind(docs, "ServiceAccount")}
-    assert set(accounts) == {"jobsite-web", "jobsite-worker", "jobsite-scheduler"}
+    assert set(accounts) == {"jobsite-web", "jobsite-worker", "jobsite-scheduler", "jobsite-migrate"}
     for name, d in deployments(docs).items():
         pod = pod_spec(d)
         assert pod["serviceAccountName"] == f"jobsite-{name}"
@@ -404,7 +411,8 @@ def test_no_secret_is_applied_and_every_container_reads_the_config_and_the_secre
         assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
         for c in all_containers(pod_spec(d)):
             images.add(c["image"])
-            assert c["envFrom"] == [{"configMapRef": {"name": "jobsite-config"}}, {"secretRef": {"name": SECRET}}]
+            assert c["envFrom"] == [{"configMapRef": {"name": config_map(docs)["metadata"]["name"]}},
+                                    {"secretRef": {"name": SECRET}}]
     assert len(images) == 1
     expected = "registry.example.com/jobsite:1.0.0" if target == "overlays/example" else "jobsite"
     assert images == {expected}
@@ -475,11 +483,11 @@ def test_the_scheduler_runs_two_replicas_one_of_them_leading():
     docs = rendered("base")
     d = deployments(docs)["scheduler"]
     assert d["spec"]["replicas"] == 2
-    # New pods one at a time: their init containers' migrations never overlap in a rollout.
+    # New pods one at a time: a standby is always there to take the Lease over.
     assert d["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = pod_spec(d)
-    [migrate] = pod["initContainers"]
-    assert migrate["command"][:3] == ["python", "manage.py", "migrate"]
+    [wait] = pod["initContainers"]  # the migrations are the Job's (test_deploy_ha.py)
+    assert wait["name"] == "wait-for-migrations"
     [main] = pod["containers"]
     assert main["command"] == ["python", "manage.py", "runscheduler"]
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in main["env"]}

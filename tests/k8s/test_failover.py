@@ -1,5 +1,6 @@
 """Two scheduler processes on the emulator: one leads (a Lease), the leader is killed -9, the standby takes over
-within 15 s, re-lists, and a job submitted after the kill runs; nothing is launched twice."""
+within 25 s (the lease as deployed: 15 s, plus up to two 2 s retries and a busy machine's margin), re-lists, and a
+job submitted after the kill runs; nothing is launched twice."""
 
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ class Scheduler:
             KUBECONFIG=os.environ["KUBECONFIG"], JOBSITE_K8S_NAMESPACE=NAMESPACE, JOBSITE_LEADER_ELECTION="lease",
             JOBSITE_LEADER_NAMESPACE=NAMESPACE, POD_NAME=name, JOBSITE_SCHEDULER_MODE="process",
             JOBSITE_SCHEDULER_HTTP_PORT=str(self.port), JOBSITE_LOG_ROOT=str(k8s.tmp_logs),
-            JOBSITE_SCHEDULER_INTERVAL="0.5",  # the lease as deployed: 8 s, renewed every 2 s
+            JOBSITE_SCHEDULER_INTERVAL="0.5",  # the lease as deployed: 15 s, renew deadline 10 s, retry 2 s
             JOBSITE_K8S_API_RETRY_BASE_SECONDS="0.05",
             JOBSITE_METRICS_TOKEN=METRICS_TOKEN,  # production: the scheduler's /metrics wants its token
+            # One installation, as deployed (one Secret for all): the new leader watches and adopts the old one's pods.
+            JOBSITE_INSTALLATION_ID="failover",
         )
         self.proc = subprocess.Popen([sys.executable, "manage.py", "runscheduler"], cwd=ROOT, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
@@ -66,7 +69,7 @@ class Scheduler:
         self.log.close()
 
 
-def test_the_standby_takes_over_within_15_s_of_a_kill_9_and_runs_new_jobs(submit, world, kubelet, k8s, settings,
+def test_the_standby_takes_over_within_25_s_of_a_kill_9_and_runs_new_jobs(submit, world, kubelet, k8s, settings,
                                                                           tmp_path, core):
     k8s.emu.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(kind="Lease", namespaced=True)
     settings.JOBSITE_SCHEDULER_MODE = "process"  # the test is the web: it wakes the schedulers with NOTIFY
@@ -90,7 +93,7 @@ def test_the_standby_takes_over_within_15_s_of_a_kill_9_and_runs_new_jobs(submit
         wait_for(lambda: b.leader() is True, timeout=30, what="scheduler-b leading")
         takeover = time.monotonic() - killed
         print(f"takeover {takeover:.1f} s after the kill")
-        assert takeover < 15, f"took {takeover:.1f} s"
+        assert takeover < 25, f"took {takeover:.1f} s"
         wait_for(lambda: _lists(k8s.emu) > lists_before, timeout=30,  # its watches list from their own threads
                  what="the new leader re-listing the pods")
 

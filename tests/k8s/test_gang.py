@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import kubernetes_validate
 import pytest
+from django.conf import settings as dj
 from django.core.exceptions import ImproperlyConfigured
 from kubernetes import client
 
@@ -195,9 +196,12 @@ def test_the_podgroup_is_created_before_the_pods_and_cancel_deletes_it_with_them
 
     group = podgroups(custom, mode)[group_name]
     assert group["spec"]["minMember"] == 2
-    assert group["spec"]["minResources"] == {"cpu": "32000m", "memory": str(128 * GIB), "nvidia.com/gpu": "4"}
+    assert group["spec"]["minResources"] == {"cpu": "32000m", "memory": str(128 * GIB), "nvidia.com/gpu": "4",
+                                             "ephemeral-storage": str(20 * GIB)}  # JOBSITE_K8S_EPHEMERAL_STORAGE_*
     assert group["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "jobsite",
-                                           "jobsite/job-id": str(job.pk), "jobsite/attempt": "1"}
+                                           "jobsite/job-id": str(job.pk), "jobsite/attempt": "1",
+                                           "jobsite/installation": dj.JOBSITE_INSTALLATION_ID,
+                                           "jobsite/attempt-uid": str(job.current_attempt_id)}
     assert group["spec"].get("scheduleTimeoutSeconds") == (240 if mode == COSCHEDULING else None)
     posts = [p for m, p, q, _ in k8s.emu.journal if m == "POST"]
     assert posts[0] == podgroup_path(mode)  # the group exists before any of its pods
@@ -303,7 +307,7 @@ def test_reconcile_deletes_orphaned_podgroups_only(gang, submit, custom):
             "apiVersion": api.api_version, "kind": "PodGroup",
             "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels}, "spec": {"minMember": 2}})
 
-    managed = {"app.kubernetes.io/managed-by": "jobsite"}
+    managed = {"app.kubernetes.io/managed-by": "jobsite", "jobsite/installation": dj.JOBSITE_INSTALLATION_ID}
     stray("job-99999-1", {**managed, "jobsite/job-id": "99999", "jobsite/attempt": "1"})  # unknown job
     stray(f"job-{live.pk}-7", {**managed, "jobsite/job-id": str(live.pk), "jobsite/attempt": "7"})  # old attempt
     stray("someone-elses", {"jobsite/job-id": "5", "jobsite/attempt": "1"})  # not ours: never touched

@@ -54,9 +54,11 @@ def test_gpu_pod_asks_for_the_instance_type_and_runs_the_command():
     assert meta["name"] == "job-7-2-0"
     assert meta["namespace"] == "ns1"
     assert meta["labels"] == {"app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "7",
-                              "jobsite/attempt": "2", "jobsite/replica": "0", "jobsite/group": "phusers"}
+                              "jobsite/attempt": "2", "jobsite/replica": "0", "jobsite/group": "phusers",
+                              "jobsite/installation": "jobsite", "jobsite/attempt-uid": "70"}
     assert meta["annotations"] == {"jobsite/job-name": "train", "jobsite/user": "bob",
-                                   "jobsite/hostfile": "127.0.0.1 slots=2\n"}
+                                   "jobsite/hostfile": "127.0.0.1 slots=2\n",
+                                   "jobsite/installation": "jobsite", "jobsite/attempt-uid": "70"}
     [c] = spec["containers"]
     assert c["image"] == "pytorch/pytorch:2"
     assert c["command"] == ["/bin/bash", "-c", "python train.py --epochs 3"]
@@ -165,7 +167,7 @@ def test_multi_replica_gets_a_headless_service_and_master_addr():
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"] == {"app.kubernetes.io/managed-by": "jobsite", "jobsite/job-id": "7",
-                                           "jobsite/attempt": "2"}
+                                           "jobsite/attempt": "2", "jobsite/installation": "jobsite"}
     assert [p["metadata"]["name"] for p in pods] == ["job-7-2-0", "job-7-2-1", "job-7-2-2"]
     for rank, pod in enumerate(pods):
         assert pod["spec"]["hostname"] == f"job-7-2-{rank}"

@@ -110,7 +110,9 @@ def test_an_attempts_policy_is_valid_selects_its_own_pods_only_and_carries_the_l
     spec = make_spec(replicas=3)
     policy = build_network_policy(spec, defaults)
     kubernetes_validate.validate(policy, "1.33", strict=True)
-    assert policy["metadata"] == {"name": "job-7-2", "namespace": "ns1", "labels": attempt_labels(7, 2)}
+    marks = {"jobsite/installation": "jobsite", "jobsite/attempt-uid": "70"}
+    assert policy["metadata"] == {"name": "job-7-2", "namespace": "ns1", "labels": {**attempt_labels(7, 2), **marks},
+                                  "annotations": marks}
     selector = policy["spec"]["podSelector"]
     _, pods = build_attempt(spec, defaults, now=NOW)
     _, others = build_attempt(make_spec(replicas=2, attempt_number=3), defaults, now=NOW)
@@ -139,7 +141,8 @@ def test_each_attempt_gets_its_policy_before_its_pods_and_loses_it_with_them(
     job = admit_and_launch(submit("lin", "gpu-2", group="research", replicas=2))
     names = [name_of(job, rank=r) for r in (0, 1)]
     policy = networking.read_namespaced_network_policy(f"job-{job.pk}-1", NAMESPACE)
-    assert policy.spec.pod_selector.match_labels == attempt_labels(job.pk, 1)
+    assert policy.spec.pod_selector.match_labels == {**attempt_labels(job.pk, 1),
+                                                     "jobsite/installation": backend().defaults.installation}
     posts = [p for m, p, q, _ in k8s.emu.journal if m == "POST"]
     assert posts[0] == POLICIES_PATH and posts.count(f"/api/v1/namespaces/{NAMESPACE}/pods") == 2
     job.current_attempt.refresh_from_db()
@@ -201,6 +204,7 @@ def test_reconcile_deletes_the_policies_of_no_live_attempt_and_nothing_else(subm
         labels = {"jobsite/job-id": str(job_id), "jobsite/attempt": str(attempt)}
         if managed:
             labels["app.kubernetes.io/managed-by"] = "jobsite"
+            labels["jobsite/installation"] = backend().defaults.installation
         networking.create_namespaced_network_policy(NAMESPACE, {
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
