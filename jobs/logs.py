@@ -18,6 +18,11 @@ from .models import Attempt
 
 CHUNK_BYTES = 64 * 1024
 
+# A line the Kubernetes backend writes into an archive where the cluster's log lost lines before they were read
+# (rotated, or a container instance that ended unread), e.g. "[jobsite: log lines lost here: the cluster rotated
+# the log before it was read]". The log viewer (static/js/logview/render.js) shows such lines apart.
+LOST_LINES_PREFIX = "[jobsite: log lines lost here"
+
 
 def log_root(backend: str) -> Path | None:
     """Where the backend called ``backend`` keeps replica logs; None if it is unknown here.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from django.conf import settings
 from kubernetes import client
 
 from scheduler.values import ReplicaObservation, ReplicaState
@@ -19,13 +20,15 @@ class PodLogKeeper:
     """The archives of the replicas' logs under ``root`` (``layout``), kept by a ``LogArchiver`` made on first use."""
 
     def __init__(self, *, core: client.CoreV1Api, namespace: str, root: Path, layout: LogLayout, workers: int,
-                 refresh_seconds: float):
+                 refresh_seconds: float, requests_per_second: float | None = None):
         self.core = core
         self.namespace = namespace
         self.root = root
         self.layout = layout
         self.workers = workers
         self.refresh_seconds = refresh_seconds
+        self.requests_per_second = (settings.JOBSITE_K8S_LOG_REQUESTS_PER_SECOND if requests_per_second is None
+                                    else requests_per_second)
         self._lock = threading.Lock()
         self._archiver: LogArchiver | None = None
         self._final: set[str] = set()  # pods whose ended container's log is archived
@@ -35,7 +38,8 @@ class PodLogKeeper:
         with self._lock:
             if self._archiver is None:
                 self._archiver = LogArchiver(core=self.core, namespace=self.namespace, container=CONTAINER,
-                                             workers=self.workers, refresh_seconds=self.refresh_seconds)
+                                             workers=self.workers, refresh_seconds=self.refresh_seconds,
+                                             requests_per_second=self.requests_per_second)
             return self._archiver
 
     def path(self, *, job_id: int, attempt_number: int, rank: int) -> Path:
@@ -61,7 +65,7 @@ class PodLogKeeper:
                 with self._lock:
                     self._final.add(name)
             return
-        self.archiver.follow(name, path, restarts=restarts)
+        self.archiver.follow(name, path, restarts=restarts, prefer=rank == 0)
 
     def finish(self, *, job_id: int, attempt_number: int, rank: int) -> bool:
         """Copy what is left of a replica's log into its archive (before its pod goes). False if the API failed."""

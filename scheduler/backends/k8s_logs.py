@@ -30,6 +30,19 @@ How a fetch knows what is new:
   previous instance (``previous=true``), then the current one.
 - Timestamps must not go back (a node clock stepped back): lines older than the cursor are dropped.
 
+Load on the API: a pod due for a refresh waits in line for ``requests_per_second`` (k8s_log_pacing: spaced
+evenly, no burst, shared by all pods; rank 0 and pods that wrote lines in the last ``HOT_SECONDS`` first, each
+class round-robin), so that log polling never crowds out the scheduler's own requests. ``finish`` never waits:
+its requests count against the budget of the polling that follows.
+
+Lost lines: the kubelet serves only the current log file (rotated at containerLogMaxSize); a pod that writes
+faster than it is polled loses the rotated part. An answer served from the cursor's second starts with the
+cursor's line while that is still served. One that starts later means lines were rotated away unread, when the
+cursor is a line of the log read now (``at_cursor``) and the restart count is known (a new instance is no gap):
+a marker line (``LOST_ROTATED``) then goes before the lines appended. So does one (``LOST_RESTARTS``) when the
+restart count grew by more than one between reads (the kubelet keeps the previous instance's log only). Both
+are counted in ``stats.gaps``.
+
 Errors: 400 (container not started, no previous instance) and 404 (pod gone) mean nothing to read. 429 waits
 for its Retry-After, 5xx, other 4xx and network errors for a per-pod backoff; ``follow`` never waits, it only
 skips a pod until its time has come.
@@ -37,12 +50,10 @@ skips a pod until its time has come.
 
 from __future__ import annotations
 
-import email.utils
-import json
 import logging
-import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,27 +63,30 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .k8s_api import log_api_client
+from .k8s_log_cursor import adopt_cursor, load_cursor, save_cursor, state_path
 from .k8s_log_lines import NS, format_timestamp, parse_timestamp, timestamped_lines
+from .k8s_log_pacing import PodQueue, RequestBudget, describe, retry_after
+
+__all__ = ["LogArchiver", "LogStats", "state_path"]
 
 log = logging.getLogger(__name__)
 
 LIMIT_BYTES = 4 << 20  # per request
 MAX_LIMIT_BYTES = 64 << 20  # grown to when the cursor's second alone fills a request
 FINISH_ROUNDS = 64  # requests of one ``finish`` at most
-MAX_RETRY_AFTER = 600.0
-STATE_SUFFIX = ".offset"
+HOT_SECONDS = 60.0  # a pod that wrote lines this recently is polled before the others
 LOG_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/log"
-
-def state_path(path: Path) -> Path:
-    """Where the cursor of the archive ``path`` is kept."""
-    return path.with_name(path.name + STATE_SUFFIX)
-
+# Written into an archive where lines were lost; jobs/logs.py knows the prefix, the log viewer shows such lines apart.
+LOST_ROTATED = b"[jobsite: log lines lost here: the cluster rotated the log before it was read]\n"
+LOST_RESTARTS = "[jobsite: log lines lost here: the container restarted {} times before its log was read]\n"
 
 @dataclass
 class LogStats:
     bytes_received: int = 0  # bodies of the log API's answers
     requests: int = 0
     errors: int = 0  # failed requests (not 400/404)
+    gaps: int = 0  # lost-lines markers written
+    waiting: int = 0  # pods due but waiting for the request budget, at the last pump
 
 
 @dataclass
@@ -96,6 +110,8 @@ class _Pod:
     open_line: bool = False  # the archive ends without "\n"
     size: int = 0
     restarts: int | None = None  # the restart count up to which previous instances are archived
+    at_cursor: bool = False  # the cursor is a line of the log read now: a log served without it lost lines
+    paid: bool = False  # the next request's budget slot is taken already
     # Under the archiver's lock.
     seen_restarts: int | None = None
     busy: int = 0  # fetches queued or running
@@ -103,6 +119,8 @@ class _Pod:
     not_before: float = 0.0  # monotonic: end of a backoff
     failures: int = 0
     more: bool = False
+    prefer: bool = False  # polled before the others (rank 0)
+    wrote_at: float = float("-inf")  # clock: the last fetch that appended lines
     retired: bool = False  # forgotten while busy: dropped once idle
 
 
@@ -125,6 +143,8 @@ class LogArchiver:
         max_limit_bytes: int = MAX_LIMIT_BYTES,
         backoff_seconds: float = 1.0,
         max_backoff_seconds: float = 60.0,
+        requests_per_second: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.core = core
         self.namespace = namespace
@@ -137,34 +157,48 @@ class LogArchiver:
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.stats = LogStats()
+        self.clock = clock
+        self.budget = RequestBudget(requests_per_second, clock)
+        self._queue = PodQueue()
         self._lock = threading.Condition()
         self._pods: dict[str, _Pod] = {}
         self._busy = 0
         self._closed = False
         self._api = log_api_client(core.api_client)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pod-logs") if workers else None
+        self._pacer: threading.Thread | None = None
+        if self._pool is not None and self.budget.bounded:
+            self._pacer = threading.Thread(target=self._pace, name="pod-logs-pacer", daemon=True)
+            self._pacer.start()
 
     # --- the interface ------------------------------------------------------------------------------------
 
-    def follow(self, pod_name: str, path: Path | str, *, restarts: int | None = None) -> None:
-        """Have the pod's new lines appended to ``path`` soon; returns at once. Call it as often as you like."""
-        now = time.monotonic()
+    def follow(self, pod_name: str, path: Path | str, *, restarts: int | None = None, prefer: bool = False) -> None:
+        """Have the pod's new lines appended to ``path`` soon; returns at once. Call it as often as you like.
+
+        A pod due for a refresh waits in line for the request budget; ``prefer`` (rank 0) and pods that wrote
+        lines recently go first."""
+        now = self.clock()
         with self._lock:
             if self._closed:
                 return
             st = self._state(pod_name, Path(path), restarts)
-            if st is None or st.busy or now < st.not_before or (now < st.due and not st.more):
+            if st is None:
                 return
-            st.busy += 1
-            self._busy += 1
-            st.due = now + self.refresh_seconds
-        if self._pool is None:
-            self._work(st)
-            return
-        try:
-            self._pool.submit(self._work, st)
-        except RuntimeError:  # closed meanwhile
-            self._settle(st, _Result(ok=True))
+            st.prefer = prefer
+            if not (st.busy or st in self._queue or now < st.not_before or (now < st.due and not st.more)):
+                if not len(self._queue):
+                    self._lock.notify_all()  # the pacer sleeps until a pod waits
+                self._queue.push(st, hot=prefer or now - st.wrote_at < HOT_SECONDS)
+        self.pump()
+
+    def pump(self) -> int:
+        """Start the fetches of the waiting pods that the request budget allows now; returns how many."""
+        with self._lock:
+            ready = self._take_ready()
+        for st in ready:
+            self._start(st)
+        return len(ready)
 
     def finish(self, pod_name: str, path: Path | str, *, restarts: int | None = None) -> bool:
         """Append all that is left now, in this thread (waits for a fetch of the pod under way).
@@ -179,7 +213,7 @@ class LogArchiver:
                 st = _Pod(pod_name, path, self.limit_bytes, seen_restarts=restarts)
             st.busy += 1
             self._busy += 1
-            st.due = time.monotonic() + self.refresh_seconds
+            st.due = self.clock() + self.refresh_seconds
         result = _Result(ok=False)
         try:
             with st.io:
@@ -196,20 +230,23 @@ class LogArchiver:
             st = self._pods.get(pod_name)
             if st is None:
                 return
+            self._queue.discard(st)
             if st.busy:
                 st.retired = True
             else:
                 del self._pods[pod_name]
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until no fetch is queued or running; False if ``timeout`` passed first."""
+        """Wait until no fetch is queued or running; False if ``timeout`` passed first. (Pods waiting for the budget
+        count only when the pacer thread starts them; without workers, ``pump`` does.)"""
         with self._lock:
-            return self._lock.wait_for(lambda: self._busy == 0, timeout)
+            return self._lock.wait_for(lambda: self._busy == 0 and not (self._pacer and len(self._queue)), timeout)
 
     def close(self, *, wait: bool = False) -> None:
         """Stop the pool: queued fetches are dropped, running ones end on their own (``wait``: wait for them)."""
         with self._lock:
             self._closed = True
+            self._lock.notify_all()
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=True)
         if wait or self._pool is None:
@@ -222,6 +259,7 @@ class LogArchiver:
         if st is not None and st.path != path:
             if st.busy:
                 return None
+            self._queue.discard(st)
             st = None
         if st is None:
             st = self._pods[name] = _Pod(name, path, self.limit_bytes)
@@ -229,6 +267,38 @@ class LogArchiver:
         if restarts is not None:
             st.seen_restarts = max(restarts, st.seen_restarts or 0)
         return st
+
+    def _take_ready(self) -> list[_Pod]:
+        ready = []
+        now = self.clock()
+        while len(self._queue) and not self._closed and self.budget.try_take():
+            st = self._queue.pop()
+            st.paid = True
+            st.busy += 1
+            self._busy += 1
+            st.due = now + self.refresh_seconds
+            ready.append(st)
+        self.stats.waiting = len(self._queue)
+        return ready
+
+    def _start(self, st: _Pod) -> None:
+        if self._pool is None:
+            self._work(st)
+            return
+        try:
+            self._pool.submit(self._work, st)
+        except RuntimeError:  # closed meanwhile
+            self._settle(st, _Result(ok=True))
+
+    def _pace(self) -> None:
+        """Start waiting pods as the budget frees slots (follow and pump start those it allows at once)."""
+        while True:
+            with self._lock:
+                while not self._closed and not (len(self._queue) and self.budget.wait_seconds() <= 0):
+                    self._lock.wait(self.budget.wait_seconds() if len(self._queue) else None)
+                if self._closed:
+                    return
+            self.pump()
 
     def _work(self, st: _Pod) -> None:
         result = _Result(ok=False)
@@ -241,10 +311,11 @@ class LogArchiver:
             self._settle(st, result)
 
     def _settle(self, st: _Pod, result: _Result) -> None:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             st.busy -= 1
             self._busy -= 1
+            st.paid = False
             if result.ok:
                 st.failures = 0
                 st.not_before = 0.0
@@ -263,18 +334,20 @@ class LogArchiver:
 
     def _copy(self, st: _Pod, *, rounds: int, final: bool) -> _Result:
         if not st.loaded:
-            self._load(st)
+            load_cursor(st)
         with self._lock:
             seen = st.seen_restarts
         if seen is not None:
             if st.restarts is None:  # nothing known of earlier instances: from now on
                 st.restarts = seen
             elif seen > st.restarts:
+                if seen > st.restarts + 1 and st.at_cursor:  # whole instances ended unread
+                    self._gap(st, LOST_RESTARTS.format(seen - st.restarts).encode())
                 result = self._rounds(st, rounds, previous=True, final=True)
                 if not result.ok or result.more:
                     return result
-                st.restarts = seen
-                self._save(st)
+                st.restarts, st.at_cursor = seen, False  # the current instance's log starts after the cursor
+                save_cursor(st)
         return self._rounds(st, rounds, previous=False, final=final)
 
     def _rounds(self, st: _Pod, rounds: int, *, previous: bool, final: bool) -> _Result:
@@ -289,7 +362,7 @@ class LogArchiver:
         adopt = st.adopt and not previous
         limit = None if adopt else st.limit
         try:
-            data = self._request(st.name, since_ns=None if adopt else st.last_ns, limit=limit, previous=previous)
+            data = self._request(st, since_ns=None if adopt else st.last_ns, limit=limit, previous=previous)
         except ApiException as exc:
             if exc.status in (400, 404):  # not started yet / no previous instance; the pod is gone
                 return _Result(ok=True)
@@ -299,8 +372,15 @@ class LogArchiver:
         truncated = limit is not None and len(data) >= limit
         lines = timestamped_lines(data, truncated=truncated, unended=final, default_ns=st.last_ns)
         if adopt:
-            self._adopt(st, lines)
-        written = self._append(st, lines)
+            adopt_cursor(st, lines)
+        # Served from the cursor's second on, the answer starts with the cursor's line; a later one: it was rotated
+        # away (the kubelet serves the current file only), and maybe lines after it. Only with the restart count
+        # known: without, a new container instance would look the same.
+        with self._lock:
+            counted = st.seen_restarts is not None
+        lost = (not adopt and counted and st.at_cursor and st.last_ns is not None and bool(lines)
+                and lines[0][0] > st.last_ns)
+        written = self._append(st, lines, lost=lost)
         if not truncated:
             st.limit = self.limit_bytes
             return _Result(ok=True)
@@ -325,9 +405,16 @@ class LogArchiver:
         log.warning("pod %s wrote over %d bytes without a line end, or within %s: the rest of that second is "
                     "not archived", st.name, st.limit, second)
         marker = f"[jobsite: log output left out: over {st.limit} bytes at {second}]\n".encode()
-        self._write(st, [b"\n", marker] if st.open_line else [marker], (stuck // NS + 1) * NS, 0, False)
+        self._write(st, [b"\n", marker] if st.open_line else [marker], (stuck // NS + 1) * NS, 0, False, False)
 
-    def _request(self, name: str, *, since_ns: int | None, limit: int | None, previous: bool) -> bytes:
+    def _gap(self, st: _Pod, marker: bytes) -> None:
+        """Write a lost-lines marker (the cursor stays, but lines after it are expected: no second marker)."""
+        log.warning("pod %s: %s", st.name, marker.decode().strip())
+        with self._lock:
+            self.stats.gaps += 1
+        self._write(st, [b"\n", marker] if st.open_line else [marker], st.last_ns, st.count, False, False)
+
+    def _request(self, st: _Pod, *, since_ns: int | None, limit: int | None, previous: bool) -> bytes:
         # The generated read_namespaced_pod_log has no sinceTime: the same request, built by hand.
         query: list[tuple[str, str]] = [("container", self.container), ("timestamps", "true")]
         if since_ns is not None:
@@ -338,11 +425,14 @@ class LogArchiver:
             query.append(("previous", "true"))
         api = self._api
         request = api.param_serialize(
-            method="GET", resource_path=LOG_PATH, path_params={"namespace": self.namespace, "name": name},
+            method="GET", resource_path=LOG_PATH, path_params={"namespace": self.namespace, "name": st.name},
             query_params=query, header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"],
         )
         with self._lock:
             self.stats.requests += 1
+            if not st.paid:  # a second request of a fetch, or one of finish: it may not wait, the next ones do
+                self.budget.force()
+            st.paid = False
         response = api.call_api(*request, _request_timeout=self.request_timeout)
         data = response.read() or b""
         with self._lock:
@@ -355,14 +445,13 @@ class LogArchiver:
         with self._lock:
             self.stats.errors += 1
             first = st.failures == 0
-        retry_after = _retry_after(exc)
-        (log.warning if first else log.debug)("reading the log of pod %s failed: %s", st.name, _describe(exc))
-        return _Result(ok=False, retry_after=retry_after)
+        (log.warning if first else log.debug)("reading the log of pod %s failed: %s", st.name, describe(exc))
+        return _Result(ok=False, retry_after=retry_after(exc))
 
     # --- the archive (under st.io) -------------------------------------------------------------------------
 
-    def _append(self, st: _Pod, lines: list[tuple[int, bytes]]) -> int:
-        """Append the lines after the cursor; returns how many."""
+    def _append(self, st: _Pod, lines: list[tuple[int, bytes]], *, lost: bool = False) -> int:
+        """Append the lines after the cursor (after a lost-lines marker with ``lost``); returns how many."""
         last, count, skip, open_line = st.last_ns, st.count, st.count, st.open_line
         chunks: list[bytes] = []
         written = 0
@@ -382,110 +471,21 @@ class LogArchiver:
             open_line = not content.endswith(b"\n")
             written += 1
         if written:
-            self._write(st, chunks, last, count, open_line)
+            if lost:
+                log.warning("pod %s: the log was rotated before it was read: lines lost", st.name)
+                with self._lock:
+                    self.stats.gaps += 1
+                chunks[:1 if st.open_line else 0] = [b"\n", LOST_ROTATED] if st.open_line else [LOST_ROTATED]
+            self._write(st, chunks, last, count, open_line, True)
+            with self._lock:
+                st.wrote_at = self.clock()
         return written
 
-    def _write(self, st: _Pod, chunks: list[bytes], last: int | None, count: int, open_line: bool) -> None:
+    def _write(self, st: _Pod, chunks: list[bytes], last: int | None, count: int, open_line: bool,
+               at_cursor: bool) -> None:
         st.path.parent.mkdir(parents=True, exist_ok=True)
         with open(st.path, "ab") as f:
             f.write(b"".join(chunks))
             st.size = f.tell()
-        st.last_ns, st.count, st.open_line = last, count, open_line
-        self._save(st)
-
-    def _save(self, st: _Pod) -> None:
-        state = {"time": format_timestamp(st.last_ns) if st.last_ns is not None else None, "ns": st.last_ns,
-                 "count": st.count, "open": st.open_line, "size": st.size, "restarts": st.restarts}
-        target = state_path(st.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, target)
-
-    def _load(self, st: _Pod) -> None:
-        st.loaded = True
-        try:
-            state = json.loads(state_path(st.path).read_text())
-            if not isinstance(state, dict):
-                raise ValueError("not an object")
-        except FileNotFoundError:
-            state = None
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring the log cursor of %s: %s", st.path, exc)
-            state = None
-        try:
-            size = st.path.stat().st_size
-        except FileNotFoundError:
-            size = 0
-        if not size:  # a new archive (or one removed): from the start of the log, previous instances too
-            st.last_ns, st.count, st.open_line, st.size, st.restarts = None, 0, False, 0, 0
-            return
-        if state is None:
-            st.adopt, st.size = True, size
-            return
-        try:
-            st.last_ns = None if state.get("ns") is None else int(state["ns"])
-            st.count = int(state.get("count") or 0)
-            st.open_line = bool(state.get("open"))
-            recorded = int(state.get("size", size))
-            st.restarts = None if state.get("restarts") is None else int(state["restarts"])
-        except (TypeError, ValueError) as exc:
-            log.warning("ignoring the log cursor of %s: %s", st.path, exc)
-            st.last_ns, st.count, st.open_line, st.restarts = None, 0, False, None
-            st.adopt, st.size = True, size
-            return
-        if size > recorded:  # appended before a crash, before its cursor was saved: fetched again
-            log.info("cutting %s back to %d bytes, as its cursor says", st.path, recorded)
-            os.truncate(st.path, recorded)
-            size = recorded
-        st.size = size
-
-    def _adopt(self, st: _Pod, lines: list[tuple[int, bytes]]) -> None:
-        """Set the cursor of an archive that has none at its last line in ``lines`` (the whole log)."""
-        st.adopt = False
-        with open(st.path, "rb") as f:
-            f.seek(max(0, st.size - (1 << 16)))
-            tail = f.read()
-        st.open_line = bool(tail) and not tail.endswith(b"\n")
-        end = None
-        total = 0
-        for i, (_ts, content) in enumerate(lines):
-            total += len(content)
-            if total >= st.size:
-                if total == st.size and tail.endswith(content):
-                    end = i
-                break
-        if end is None:  # not a prefix of the log (rotated since?): after the first line like the archive's last
-            body = tail[:-1] if tail.endswith(b"\n") else tail
-            last_line = tail[len(body) - len(body.split(b"\n")[-1]):]
-            end = next((i for i, (_ts, content) in enumerate(lines) if content == last_line), None)
-        if end is None:
-            if lines:
-                log.warning("the log archive %s does not match the log of pod %s: appending the whole log",
-                            st.path, st.name)
-            st.last_ns, st.count = None, 0
-            return
-        st.last_ns = lines[end][0]
-        st.count = sum(1 for ts, _content in lines[: end + 1] if ts == st.last_ns)
-        self._save(st)
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    headers = getattr(exc, "headers", None) or {}
-    value = headers.get("Retry-After") if hasattr(headers, "get") else None
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"{exc.status} {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"
+        st.last_ns, st.count, st.open_line, st.at_cursor = last, count, open_line, at_cursor
+        save_cursor(st)

@@ -52,6 +52,7 @@ def k8s(settings, emulator, tmp_path, monkeypatch):
     settings.JOBSITE_K8S_IMAGE_PULL_GRACE_SECONDS = 120
     settings.JOBSITE_K8S_LOG_REFRESH_SECONDS = 0
     settings.JOBSITE_K8S_LOG_WORKERS = 0  # log copies inline: a test reads the archive right after a sync
+    settings.JOBSITE_K8S_LOG_REQUESTS_PER_SECOND = 0  # no budget: every sync reads every due log
     settings.JOBSITE_K8S_CHECK_CAPACITY = False
     get_backend.cache_clear()
     emulator.tmp_logs = tmp_path / "logs"

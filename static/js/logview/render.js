@@ -75,7 +75,7 @@ rendering.addPiece = function (text, start, end, lines, className, before) {
   piece.setAttribute("data-start", start);
   piece.setAttribute("data-end", end);
   piece.setAttribute("data-lines", lines);
-  piece.appendChild(this.renderer.render(text.replace(/\r?\n$/, "")));
+  appendMarked(this.renderer, piece, text.replace(/\r?\n$/, ""));
   if (before) {  // "earlier"
     this.pre.insertBefore(piece, before);
   } else {
@@ -87,6 +87,19 @@ rendering.addPiece = function (text, start, end, lines, className, before) {
   var empty = this.root.querySelector(".log-empty");
   if (empty) empty.remove();
 };
+
+// Lines the archiver wrote where the cluster lost log lines (jobs/logs.py LOST_LINES_PREFIX): shown apart.
+var LOST_LINES = /^\[jobsite: log lines lost here[^\n]*$/m;
+
+function appendMarked(renderer, piece, text) {
+  var match;
+  while ((match = LOST_LINES.exec(text)) !== null) {
+    if (match.index) piece.appendChild(renderer.render(text.slice(0, match.index)));
+    piece.appendChild(el("span", "log-lost", match[0]));
+    text = text.slice(match.index + match[0].length);
+  }
+  if (text) piece.appendChild(renderer.render(text));
+}
 
 rendering.trimAbove = function () {
   while (this.lines > MAX_LINES && this.pre.childNodes.length > 1) {
