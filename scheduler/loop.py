@@ -39,6 +39,7 @@ from .backend_factory import get_backend
 from .leader import Elector, dedicated_connection, elector_from_settings
 from .passes import schedule_pass
 from .sync import housekeeping, orphans_delete, sync_jobs
+from .telemetry.step import telemetry_tick
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class SchedulerLoop:
         with metrics.SYNC_SECONDS.time():
             sync_jobs(backend=self.backend)
             housekeeping(backend=self.backend)
+        telemetry_tick(self.backend)
         if time.monotonic() >= self._next_orphan_check:
             self._next_orphan_check = time.monotonic() + settings.JOBSITE_K8S_RESYNC_SECONDS
             orphans_delete(backend=self.backend)

@@ -6,6 +6,7 @@ from rest_framework.routers import SimpleRouter
 
 from .views.arrays import ArrayViewSet
 from .views.cluster import UsageApi, UtilisationApi
+from .views.gpu_metrics import GpuMetricsApi
 from .views.groups import GroupViewSet
 from .views.jobs import JobViewSet
 from .views.not_found import NotFoundApi
@@ -23,6 +24,7 @@ router.register("arrays", ArrayViewSet, basename="array")
 
 urlpatterns = [
     path("auth/token/", TokenApi.as_view(), name="token"),
+    path("jobs/<int:pk>/gpu-metrics/", GpuMetricsApi.as_view(), name="job-gpu-metrics"),
     *router.urls,
     path("utilisation/", UtilisationApi.as_view(), name="utilisation"),
     path("usage/", UsageApi.as_view(), name="usage"),

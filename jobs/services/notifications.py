@@ -49,7 +49,7 @@ BACKOFF_CAP_SECONDS = 3600
 def notify_kinds(*, old_phase: str, new_phase: str) -> frozenset[str]:
     """The kinds of notification a phase change is (pure): ended (any terminal phase), succeeded, failed (FAILED or
     TIMED_OUT), running (RUNNING after preparing, i.e. after a wait in the queue; not a job seen again after its node
-    was lost). ``idle_gpus`` is no phase change: nothing makes it yet."""
+    was lost). ``idle_gpus`` is no phase change: the idle-GPU rule makes it (``jobs.services.telemetry``)."""
     kinds = set()
     if new_phase in TERMINAL_PHASES and old_phase not in TERMINAL_PHASES:
         kinds.add(NotifyEvent.ENDED)
