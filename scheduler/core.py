@@ -9,7 +9,11 @@ snapshot so later jobs of the same pass see the usage. Every job ends with an ex
 So a pass does real work only for each group's head (plus the jobs its user quota skips past): the jobs behind a
 held head cost a dictionary lookup each, and a caller may leave them out altogether (they wait behind the head).
 Placement (``scheduler.placement``) keeps every node's free resources and an index of the nodes by free GPUs,
-charged in place: a replica goes to the node with the fewest free GPUs that holds it (best fit).
+charged in place: a replica goes to the node with the fewest free GPUs that holds it (best fit). Whether a job would
+fit once some jobs have ended is asked of an overlay of only the nodes they free (``Capacity.first_fit``), where it
+would go once every terminating job has ended of a view kept up to date (``scheduler.capacity_index``), and the
+preemption candidates are indexed by group (the preemptible jobs) and over-quota: no question scans every node or
+every running job.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from datetime import datetime
 
 from jobs.rules import RESOURCES, QuotaLimits, fmt_amount, priority_name
 
-from .placement import Capacity, ReplicaPlacement, Resources, freed_nodes, place_first_fit
+from .capacity_index import SoonFree
+from .placement import Capacity, ReplicaPlacement, Resources, place_first_fit
 from .values import Node
 
 
@@ -189,37 +194,55 @@ class _Decider:
         self.nodes = Capacity(nodes)
         self.running = [j for j in running if not j.terminating]
         self.terminating = [j for j in running if j.terminating]
+        # The preemption candidates, indexed: each group's preemptible jobs, and the jobs running over their quota.
+        self.preemptible_of: dict[int, list[RunningJob]] = {}
+        for j in self.running:
+            if j.preemptible:
+                self.preemptible_of.setdefault(j.group_id, []).append(j)
+        self.over_quota = [j for j in self.running if j.over_quota]
         self.victims: set[int] = set()
         # Terminating jobs whose room is promised to a job (its victims, or what a nominated job waits for): no
         # other job of the pass counts on it, so several jobs may preempt in one pass, each for itself.
         self.claimed: set[int] = set()
+        # The terminating jobs not claimed yet, in order, all and by group: what a job may count on without a scan.
+        self.unclaimed: dict[int, RunningJob] = {j.id: j for j in self.terminating}
+        self.unclaimed_of: dict[int, dict[int, RunningJob]] = {}
+        for j in self.terminating:
+            self.unclaimed_of.setdefault(j.group_id, {})[j.id] = j
+        self.soon_free: SoonFree | None = None  # the nodes once every terminating job has ended, made when asked
         self.fits_empty: dict[tuple, bool] = {}  # job shape → fits the empty cluster
         self.never: dict[tuple, tuple[Reason, str] | None] = {}  # (group, shape, preemptible) → why it never fits
         self.head: dict[int, tuple[QueuedJob, Reason]] = {}  # the job holding each group's queue
         self.behind: dict[int, str] = {}  # what the jobs behind that job wait for
         self.waiting: dict[int, int] = {}  # each group's waiting jobs so far: the next one's position
         self.outcomes: list[Outcome] = []
+        self.ceilings: dict[tuple[int, bool], dict[str, int | None]] = {}  # (group, preemptible) → most it may hold
 
     def quota_room(self, job: QueuedJob, freed: Iterable[RunningJob]) -> tuple[str, int, int | None] | None:
         group = self.groups[job.group_id]
-        used = dict(group.usage)
-        for v in freed:
-            if v.group_id == job.group_id:
+        used: Mapping[str, int] = group.usage
+        own = [v for v in freed if v.group_id == job.group_id]
+        if own:
+            used = dict(used)
+            for v in own:
                 for r in RESOURCES:
                     used[r] = used.get(r, 0) - v.total[r]
-        limits = {r: group.quotas.get(r, QuotaLimits()).ceiling(job.preemptible) for r in RESOURCES}
+        key = (job.group_id, job.preemptible)
+        limits = self.ceilings.get(key)
+        if limits is None:
+            limits = self.ceilings[key] = {r: group.quotas.get(r, QuotaLimits()).ceiling(job.preemptible)
+                                           for r in RESOURCES}
         return _first_excess(job.total, used, limits)
 
     def fits(self, job: QueuedJob, freed: list[RunningJob], *, check_quota: bool) -> bool:
         if check_quota and self.quota_room(job, freed):
             return False
-        return not self.nodes or place_first_fit(job, freed_nodes(self.nodes.nodes, freed), use_free=True) is not None
+        return not self.nodes or self.nodes.first_fit(job, freed) is not None
 
     def choose_victims(self, job: QueuedJob, candidates: list[RunningJob], *, check_quota: bool
                        ) -> list[RunningJob] | None:
         """Fewest evictions, lowest priority then newest first, that make room; None if none can."""
-        soon_free = [t for t in self.terminating
-                     if t.id not in self.claimed and (t.group_id == job.group_id or not check_quota)]
+        soon_free = self.soon_free_for(job, check_quota=check_quota)
         if not soon_free and not candidates:  # it did not fit as things are, and nothing would change them
             return None
         if self.fits(job, soon_free, check_quota=check_quota):
@@ -243,20 +266,22 @@ class _Decider:
         def order(j: RunningJob) -> tuple:
             return (j.priority, -j.admitted_at.timestamp(), -j.id)
 
-        own = sorted((j for j in self.running if j.id not in self.victims and j.group_id == job.group_id
-                      and j.preemptible and j.priority < job.priority), key=order)
+        own = sorted((j for j in self.preemptible_of.get(job.group_id, ())
+                      if j.id not in self.victims and j.priority < job.priority), key=order)
         if not reclaim:
             return own
-        others = sorted((j for j in self.running if j.id not in self.victims and j.group_id != job.group_id
-                         and j.over_quota), key=order)
+        others = sorted((j for j in self.over_quota if j.id not in self.victims and j.group_id != job.group_id),
+                        key=order)
         return others + own
 
     def preempt(self, job: QueuedJob, victims: list[RunningJob], why: str) -> None:
         group = self.groups[job.group_id]
         for v in victims:
             self.victims.add(v.id)
-            self.claimed.add(v.id)
+            self.claim([v])
             self.terminating.append(v)
+            if self.soon_free is not None:
+                self.soon_free.add(v)
             if v.group_id == job.group_id:
                 cause = f"to free {why} of {group.name}"
             else:
@@ -283,21 +308,33 @@ class _Decider:
     def claim_terminating(self, job: QueuedJob, *, check_quota: bool) -> None:
         """A nominated job waiting for terminating jobs: the fewest of them (as ``choose_victims`` counts them)
         that make its room are promised to it."""
-        soon_free = [t for t in self.terminating
-                     if t.id not in self.claimed and (t.group_id == job.group_id or not check_quota)]
+        soon_free = self.soon_free_for(job, check_quota=check_quota)
         claim: list[RunningJob] = []
         for t in soon_free:
             if self.fits(job, claim, check_quota=check_quota):
                 break
             claim.append(t)
-        self.claimed.update(t.id for t in claim)
+        self.claim(claim)
+
+    def soon_free_for(self, job: QueuedJob, *, check_quota: bool) -> list[RunningJob]:
+        """The terminating jobs not claimed yet whose room ``job`` may count on: its group's when its group quota
+        is checked too, else all."""
+        return list((self.unclaimed_of.get(job.group_id, {}) if check_quota else self.unclaimed).values())
+
+    def claim(self, jobs: Iterable[RunningJob]) -> None:
+        for t in jobs:
+            self.claimed.add(t.id)
+            self.unclaimed.pop(t.id, None)
+            self.unclaimed_of.get(t.group_id, {}).pop(t.id, None)
 
     def reserve_soon_free(self, job: QueuedJob) -> None:
         """What is already free of the placement ``job`` gets once the terminating jobs are gone is reserved for
         it, so no later (lower-priority) job of this pass takes the room its preemption is freeing."""
         if not self.nodes:
             return
-        placement = place_first_fit(job, freed_nodes(self.nodes.nodes, self.terminating), use_free=True)
+        if self.soon_free is None:
+            self.soon_free = SoonFree(self.nodes, self.terminating)
+        placement = self.soon_free.first_fit(job)
         if placement is not None:
             self.nodes.reserve(job, placement)
 

@@ -3,7 +3,8 @@
 ``Capacity`` keeps every node's free resources and an index of the nodes by free GPUs, charged in place: a replica
 goes to the node with the fewest free GPUs that holds it (best fit), found without a scan of the nodes.
 ``place_first_fit`` asks whether a job fits nodes as given (empty, or as they will be once some jobs have ended:
-``freed_nodes``). Pure: no ORM, no I/O.
+``freed_nodes``); ``Capacity.first_fit`` answers the same on the charged nodes without copying them all (only the
+nodes the ended jobs or the replicas touch). Pure: no ORM, no I/O.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Capacity:
         self.unlimited = [i for i, n in enumerate(self.nodes) if "gpu" not in n.free]
         self.free_gpu = sum(n.free.get("gpu", 0) for n in self.nodes)
         self.most = 0
+        self.changed: set[int] = set()  # nodes charged or given back since a reader last cleared it
         for i, n in enumerate(self.nodes):
             if "gpu" in n.free:
                 self._index(i)
@@ -105,6 +107,7 @@ class Capacity:
         """Take ``request`` off node ``i`` (never below zero where it is only partly free: a reservation); the
         GPU ids taken: ``gpu_ids`` if given, else the first free ones."""
         node = self.nodes[i]
+        self.changed.add(i)
         for r in RESOURCES:
             if r in node.free:
                 taken = min(request.get(r, 0), max(node.free[r], 0))
@@ -133,6 +136,7 @@ class Capacity:
             if i is None:
                 for j, (free, ids) in saved.items():  # give back what the first replicas took
                     self.nodes[j].free, self.nodes[j].free_gpu_ids = free, ids
+                    self.changed.add(j)
                     if "gpu" in free:
                         self._index(j)
                 self.free_gpu = free_gpu
@@ -142,6 +146,82 @@ class Capacity:
                 saved[i] = (dict(node.free), None if node.free_gpu_ids is None else list(node.free_gpu_ids))
             placement.append(ReplicaPlacement(node.name, self._charge(i, job.request, None)))
         return placement
+
+    def first_fit(self, job: QueuedJob, freed: Iterable[RunningJob] = ()) -> list[ReplicaPlacement] | None:
+        """``place_first_fit(job, freed_nodes(self.nodes, freed), use_free=True)``, without a copy of every node:
+        only the nodes ``freed`` release resources on, and those the replicas go to, are copied (an overlay over
+        the charged nodes), and the first node that holds a replica is looked up in the index. Charges nothing."""
+        overlay: dict[int, tuple[dict[str, int], list[int] | None]] = {}
+        for v in freed:
+            for p in v.placement:
+                i = self.by_name.get(p.node)
+                if i is None:
+                    continue
+                free, ids = self._copy(overlay, i)
+                for r in RESOURCES:
+                    if r in free:
+                        free[r] += v.request.get(r, 0)
+                if ids is not None:
+                    overlay[i] = (free, sorted(set(ids) | set(p.gpu_ids)))
+        held = set(overlay)  # nodes whose base free resources do not tell whether they hold a replica
+        placement: list[ReplicaPlacement] = []
+        request = job.request
+        for _ in range(job.replicas):
+            i = self._first_holding(request, held)
+            for j in sorted(overlay):
+                if i is not None and j >= i:
+                    break
+                if all(request.get(r, 0) <= overlay[j][0].get(r, request.get(r, 0)) for r in RESOURCES):
+                    i = j
+                    break
+            if i is None:
+                return None
+            free, ids = self._copy(overlay, i)
+            held.add(i)
+            for r in RESOURCES:
+                if r in free:
+                    free[r] -= request.get(r, 0)
+            taken: tuple[int, ...] = ()
+            if ids is not None:
+                taken = tuple(ids[: request.get("gpu", 0)])
+                del ids[: request.get("gpu", 0)]
+            placement.append(ReplicaPlacement(self.nodes[i].name, taken))
+        return placement
+
+    def _copy(self, overlay: dict[int, tuple[dict[str, int], list[int] | None]], i: int
+              ) -> tuple[dict[str, int], list[int] | None]:
+        if i not in overlay:
+            node = self.nodes[i]
+            overlay[i] = (dict(node.free), None if node.free_gpu_ids is None else list(node.free_gpu_ids))
+        return overlay[i]
+
+    def _first_holding(self, request: Resources, skip: set[int]) -> int | None:
+        """The lowest index of a node, not in ``skip``, whose free resources hold ``request``."""
+        best: int | None = None
+        for free in range(max(request.get("gpu", 0), 0), self.most + 1):
+            heap = self.buckets.get(free)
+            if not heap:
+                continue
+            while heap and self.nodes[heap[0]].free["gpu"] != free:  # moved to another bucket since
+                heapq.heappop(heap)
+            if not heap or (best is not None and heap[0] >= best):
+                continue
+            if heap[0] not in skip and self._holds(self.nodes[heap[0]], request):
+                best = heap[0]
+                continue
+            for i in sorted(heap):
+                if best is not None and i >= best:
+                    break
+                if i not in skip and self.nodes[i].free["gpu"] == free and self._holds(self.nodes[i], request):
+                    best = i
+                    break
+        for i in self.unlimited:
+            if best is not None and i >= best:
+                break
+            if i not in skip and self._holds(self.nodes[i], request):
+                best = i
+                break
+        return best
 
     def reserve(self, job: QueuedJob, placement: list[ReplicaPlacement]) -> None:
         """Charge a placement found elsewhere (on the nodes as they will be once some jobs have ended)."""

@@ -46,7 +46,7 @@ QueueInfo = tuple[str, str, str, int | None]  # phase, reason, message, queue po
 JobKind = tuple[int, int, str, int, int]  # user, group, name, instance type, active deadline (seconds)
 
 
-HEAD_ROWS = 1  # each group's first jobs in queue order that a pass reads at first (× 4 while not enough)
+HEAD_ROWS = 1  # each group's first jobs behind its head that a pass reads at first (× 4 while not enough)
 QUEUED_FIELDS = (
     "id", "name", "group_id", "user_id", "priority", "queued_at", "replicas", "gpu", "cpu_millicores",
     "memory_bytes", "preemptible", "phase", "reason", "message", "retry_at", "instance_type_id",
@@ -57,10 +57,11 @@ QUEUED_FIELDS = (
 def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) -> Snapshot:
     """Read what the decision and the estimates need, in a handful of queries whatever the length of the queues.
 
-    Of the queued jobs only these: each group's first ``head_rows`` jobs in queue order (``HEAD_ROWS`` by default),
-    and every queued job not already waiting behind its group's head (new, inadmissible, or pending for another
-    reason: the heads, the jobs user quotas skip past, the requeued, the nominated). The jobs behind a head
-    (PENDING, BlockedByQueueHead) are not read: they keep waiting behind it."""
+    Of the queued jobs only these: every queued job not already waiting behind its group's head (new,
+    inadmissible, or pending for another reason: the heads, the jobs user quotas skip past, the requeued, the
+    nominated), and of the jobs behind a head (PENDING, BlockedByQueueHead) each group's first ``head_rows`` in queue
+    order (``HEAD_ROWS`` by default): the others keep waiting behind it. Fewer read than asked: the group's whole
+    queue was read."""
     groups = {gid: GroupState(id=gid, name=name, queue_stopped=stopped)
               for gid, name, stopped in Group.objects.values_list("id", "name", "queue_stopped")}
     for gid, resource, quota, limit, user_quota in GroupQuota.objects.values_list(
@@ -215,8 +216,9 @@ _holding = _HoldingCache()
 
 
 def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
-    """The first ``limits[group]`` queued jobs of each group in queue order, as ``QUEUED_FIELDS`` tuples: one
-    query (on PostgreSQL a top-N index scan per group, whatever the length of its queue)."""
+    """The first ``limits[group]`` jobs waiting behind the head of each group, in queue order, as
+    ``QUEUED_FIELDS`` tuples: one query (on PostgreSQL a top-N index scan per group, whatever the length of its
+    queue). The group's other queued jobs are read anyway (``snapshot``)."""
     if not limits:
         return []
     by_limit: dict[int, list[int]] = {}
@@ -227,17 +229,18 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
         if connection.vendor == "postgresql":
             table = Job._meta.db_table
             columns = ", ".join(f"j.{Job._meta.get_field(f).column}" for f in QUEUED_FIELDS)
-            phases = sorted(QUEUED_PHASES)
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"SELECT h.* FROM unnest(%s::bigint[]) AS g(id) CROSS JOIN LATERAL (SELECT {columns} "
                     f"FROM {table} j WHERE j.group_id = g.id AND NOT j.dependency_wait "
-                    f"AND j.phase IN ({', '.join(['%s'] * len(phases))}) "
-                    "ORDER BY j.priority DESC, j.queued_at, j.id LIMIT %s) h", [gids, *phases, n])
+                    "AND j.phase = %s AND j.reason = %s "
+                    "ORDER BY j.priority DESC, j.queued_at, j.id LIMIT %s) h",
+                    [gids, Phase.PENDING, Reason.BLOCKED, n])
                 found.extend(cursor.fetchall())
         else:
             found.extend(
-                Job.objects.filter(phase__in=QUEUED_PHASES, group_id__in=gids, dependency_wait=False)
+                Job.objects.filter(phase=Phase.PENDING, reason=Reason.BLOCKED, group_id__in=gids,
+                                   dependency_wait=False)
                 .annotate(rank=Window(RowNumber(), partition_by=F("group_id"),
                                       order_by=[F("priority").desc(), F("queued_at").asc(), F("id").asc()]))
                 .filter(rank__lte=n).values_list(*QUEUED_FIELDS)

@@ -86,6 +86,28 @@ def test_more_of_a_queue_is_read_while_its_first_jobs_are_all_admitted(submit, w
     assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("phase", flat=True)) == {Phase.PREPARING}
 
 
+def test_jobs_waiting_for_their_users_quota_ahead_of_the_head_cost_no_second_read(submit, world):
+    def steady_queries():  # the reads of the queue in a steady pass
+        schedule_pass()
+        with CaptureQueriesContext(connection) as queries:
+            schedule_pass()
+        return len([q for q in queries if "dependency_wait" in q["sql"]])
+
+    from jobs.models import GroupQuota
+
+    GroupQuota.objects.filter(group=world.groups["phusers"], resource="gpu").update(quota=8)
+    submit("bob", "gpu-4", name="bob-runs")  # bob at his user quota
+    submit("pan", "gpu-4", name="pan-runs")  # the group at its quota
+    head, *behind = [submit("lin", "gpu-1", name=f"lin-{i}") for i in range(4)]
+    plain = steady_queries()
+    skipped = [submit("bob", "gpu-1", name=f"urgent-{i}", priority=100) for i in range(3)]  # first in queue order
+    assert steady_queries() == plain
+    assert set(Job.objects.filter(pk__in=[j.pk for j in skipped]).values_list("reason", flat=True)) == {"UserQuota"}
+    assert Job.objects.get(pk=head.pk).reason == "GroupQuota"
+    assert set(Job.objects.filter(pk__in=[j.pk for j in behind]).values_list("reason", flat=True)) == {
+        "BlockedByQueueHead"}
+
+
 def holding_reads(queries) -> list[str]:
     """The full reads of jobs holding resources among ``queries`` (the pass reads them only when new or changed)."""
     return [q["sql"] for q in queries if '"over_quota"' in q["sql"] and "current_attempt_id" in q["sql"]]
