@@ -37,6 +37,7 @@ import collections
 import json
 import os
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -385,6 +386,12 @@ class LoadClients:
                           "frames": self.frames, "failed": self.failed, "ready": self.ready}), flush=True)
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (and its waited-for children), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def histogram_percentile(histogram: dict[int, int], q: float) -> float:
     total = sum(histogram.values())
     target = q / 100 * total
@@ -448,6 +455,7 @@ def load(args: argparse.Namespace) -> None:
           f"{args.clients} sockets connected ({len(clients)} client processes); {args.rate:g} changes/s for "
           f"{args.seconds:g} s = {total} changes", flush=True)
     load_before = os.getloadavg()[0]
+    cpu_before = process_cpu(server.pid)
     changes = []
     started = time.monotonic() + 0.5
 
@@ -492,6 +500,11 @@ def load(args: argparse.Namespace) -> None:
         frames += result["frames"]
         failed += result["failed"]
     os.unlink(f.name)
+    web_cpu = process_cpu(server.pid) - cpu_before
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the client processes, waited for above
+    clients_cpu = usage.ru_utime + usage.ru_stime
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # the writers: transitions, and the publisher's renders
+    writers_cpu = usage.ru_utime + usage.ru_stime
     time.sleep(2)  # the sockets' disconnects
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
     in_groups = len(client.pubsub_channels(settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] + "*"))
@@ -505,6 +518,10 @@ def load(args: argparse.Namespace) -> None:
           f"p95 {histogram_percentile(histogram, 95):7.1f} ms  (goal p95 ≤ {LOAD_GOAL_P95_MS:.0f} ms)", flush=True)
     print(f"[load] dropped {dropped} of {delivered + dropped} socket×change (goal 0); {frames} frames received "
           f"({frames / max(connected, 1):.0f} per socket for {total} changes); {failed} sockets failed", flush=True)
+    print(f"[load] web CPU {web_cpu:.1f} s for {total} changes: {web_cpu * 1000 / total:.2f} ms per change "
+          f"({web_cpu / max(elapsed + args.settle, 1e-9) * 100:.0f} % of one CPU; the clients used "
+          f"{clients_cpu:.1f} s, this process {writers_cpu:.1f} s); load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print(f"[load] server errors logged: {len(errors)}; Redis channels still subscribed after the sockets closed: "
           f"{in_groups} (goal 0)", flush=True)
     for line, n in collections.Counter(line.strip()[:200] for line in errors).most_common(3):

@@ -129,6 +129,7 @@ class LayerWatch:
         if not await self.rejoin():
             return  # still away: the gap stays open
         gap, self.gap = self.gap, None
+        self.hub.covered = dict.fromkeys(self.hub.joined, time.time())  # what the ring holds from before is partial
         self.outages += 1
         since = datetime.fromtimestamp(gap, UTC)
         sockets = {consumer for members in list(self.hub.listeners.values()) for consumer in members}

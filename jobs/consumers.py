@@ -7,11 +7,9 @@ anonymous connections and checks permission before it listens. Memberships are c
 
 Sockets are not members of channel-layer groups: they listen at their process's hub (``jobs.live_hub.Hub``), which
 hears each change once and hands every socket the rows of its groups, at most every ``live_hub.FLUSH_SECONDS``.
-A consumer keeps the newest row per job until its previous frame is sent, so a burst of changes of one job ends
-in one frame with its last state. What it sends are htmx out-of-band swaps of fragments drawn from the templates
-of the pages themselves: ``<tr id="job-N" hx-swap-oob="true">`` (the row of ``jobs/_job_row.html``), inserts
-(``<tbody hx-swap-oob="afterbegin:#job-rows">``), deletes, the detail page's head, status and attempts.
-"""
+A consumer keeps the newest row per job until its previous frame is sent (a burst of changes of one job: one frame,
+its last state). It sends htmx out-of-band swaps of the pages' own fragments: rows of ``jobs/_job_row.html``
+(``hx-swap-oob="true"``), inserts (``afterbegin:#job-rows``), deletes, the detail page's head, status, attempts."""
 
 from __future__ import annotations
 
@@ -226,13 +224,20 @@ class JobsConsumer(_CoalescingConsumer):
         await super().connect()
 
     async def catch_up(self, since: datetime | None = None) -> list[str]:
-        """What changed since the page was drawn (on connect) or since ``since`` (the layer was away): the page's
-        rows again, if any changed (``catchup.list_page``: one narrow query unless they did)."""
+        """What changed since the page was drawn (on connect) or since ``since`` (the layer was away): from the
+        changes the process heard (``Hub.recent``) if they reach back that far, else the page's rows again if any
+        changed (``catchup.list_page``: one narrow query unless they did)."""
         from .views import PAGE_SIZE
 
         self.page_size = PAGE_SIZE
         if since is not None and self.client_shown is not None:  # the page shows what this socket sent it
             self.client_shown, self.since = set(self.shown), since
+        # What this process heard since the page was drawn, if it heard all of it (unfiltered pages).
+        heard = None if self.filtered or self.client_shown is None or self.since is None else self.hub.recent(
+            self.joined, (self.since - catchup.MARGIN).timestamp())
+        if heard is not None:
+            self.shown = set(self.client_shown)
+            return self.list_update(heard, None)
         self.shown, html = await database_sync_to_async(catchup.list_page)(
             self.user_id, self.params, self.page, self.client_shown, self.since)
         return [html]
@@ -250,8 +255,18 @@ class JobsConsumer(_CoalescingConsumer):
         return self.list_update(items, matched)
 
     def list_update(self, items: dict[int, dict[str, Any]], matched: set[int] | None) -> list[str]:
-        """The swaps that bring this page up to date with ``items``: pure string work, no rendering. Frames: rows
-        replaced or deleted, rows inserted, the notice."""
+        """The swaps that bring this page up to date with ``items``, made once per flush for pages alike."""
+        memo = self.hub.frames
+        key = (self.params, self.page, getattr(self, "page_size", 50), frozenset(self.shown), self.new_count,
+               tuple((job_id, items[job_id]["row"]) for job_id in sorted(items)),
+               None if matched is None else frozenset(matched))
+        if key not in memo:
+            memo[key] = (self._list_update(items, matched), frozenset(self.shown), self.new_count)
+        frames, self.shown, self.new_count = memo[key][0], set(memo[key][1]), memo[key][2]
+        return frames
+
+    def _list_update(self, items: dict[int, dict[str, Any]], matched: set[int] | None) -> list[str]:
+        """Pure string work, no rendering. Frames: rows replaced or deleted, rows inserted, the notice."""
         pieces: list[str] = []
         inserts: list[str] = []
         size = getattr(self, "page_size", 50)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 JOB_PREFIX = "jobs.job."
 # A web process hands its sockets what changed at most this often (a burst of changes of one job: its last state).
 FLUSH_SECONDS = 0.05
+# The changes a process heard last, for sockets that (re)connect: they catch up from here, not from the database.
+RING_SIZE = 10000  # about 10 MB of rows
 
 
 def job_channel(job_id: int) -> str:
@@ -51,6 +55,10 @@ class Hub:
         self.tasks: list[asyncio.Task] = []
         self.lock = asyncio.Lock()
         self.matches: dict[tuple[str, frozenset[int]], asyncio.Future] = {}
+        # Frames made in this flush, by everything they depend on: sockets whose pages are alike share them.
+        self.frames: dict[tuple[Any, ...], Any] = {}
+        self.ring: deque[tuple[str, dict[str, Any]]] = deque(maxlen=RING_SIZE)  # (layer group, item), oldest first
+        self.covered: dict[str, float] = {}  # layer group → since when every change of it is in the ring
         self.watch = catchup.LayerWatch(self)  # notices outages of the layer; the sockets then catch up
 
     async def set_groups(self, consumer: Any, groups: set[str]) -> None:
@@ -82,6 +90,7 @@ class Hub:
         if self.joined[name] == 1:
             try:
                 await self.layer.group_add(name, self.channel)
+                self.covered[name] = time.time()
             except Exception as exc:  # the layer is away: joined again, and the sockets caught up, when it is back
                 log.warning("could not join channel group %s: %r", name, exc)
                 self.watch.lost()
@@ -97,6 +106,7 @@ class Hub:
             if self.joined[layer_group]:
                 continue
             del self.joined[layer_group]
+            self.covered.pop(layer_group, None)
             try:
                 await self.layer.group_discard(layer_group, self.channel)
             except Exception as exc:  # a disconnect must never fail; group_expiry ends the membership
@@ -125,6 +135,7 @@ class Hub:
                 continue
             bucket = self.pending.setdefault(group, {})
             for item in message.get("items", ()):
+                self.ring.append((group, item))
                 old = bucket.get(item["id"])
                 if old is None or item["at"] >= old["at"]:
                     bucket[item["id"]] = item
@@ -135,6 +146,7 @@ class Hub:
         self.flush_handle = None
         pending, self.pending = self.pending, {}
         self.matches = {}
+        self.frames = {}
         parts: dict[Any, list[dict[int, dict[str, Any]]]] = {}
         for name, members in self.listeners.items():
             if name.startswith(JOB_PREFIX):
@@ -153,6 +165,20 @@ class Hub:
                 consumer.hub_push(items)
             except Exception:
                 log.exception("live updates: a socket failed to take its update")
+
+    def recent(self, groups: set[str], since: float) -> dict[int, dict[str, Any]] | None:
+        """The newest item per job of ``groups`` heard at or after ``since`` (a timestamp), or None if the ring may
+        lack some: a group joined later, the ring overflowed since, or the layer is away (then read the database)."""
+        names = {_layer_group(name) for name in groups}
+        if self.watch.gap is not None or any(self.covered.get(name, since + 1) > since for name in names):
+            return None
+        if len(self.ring) == self.ring.maxlen and self.ring[0][1]["at"] >= since:
+            return None
+        items: dict[int, dict[str, Any]] = {}
+        for group, item in self.ring:
+            if group in names and item["at"] >= since and item["at"] >= items.get(item["id"], item)["at"]:
+                items[item["id"]] = item
+        return items
 
     async def matching(self, params: str, ids: frozenset[int]) -> set[int]:
         """The ids of ``ids`` that match the list filters ``params`` (a query string): one query per flush for all
