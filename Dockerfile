@@ -21,6 +21,12 @@
 # There is no HEALTHCHECK, as the three roles are probed differently: the orchestrator probes web's /healthz (port
 # 8000), the scheduler's /healthz and /readyz (port 9100) and the worker with `celery inspect ping`.
 
+# The browser's terminal (xterm.js) from its npm packages, pinned by package-lock.json; served as static files.
+FROM node:20-slim AS node-packages
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -42,6 +48,7 @@ RUN pip install -r requirements.txt
 
 # Code stays owned by root (read-only for the app); only var/ is writable by the jobsite user.
 COPY . .
+COPY --from=node-packages /app/node_modules ./node_modules
 RUN mkdir -p /app/var && chown jobsite:jobsite /app/var
 
 USER jobsite

@@ -6,7 +6,7 @@
 #   make test-fast  the tests marked fast (decisions, services, rules, manifests, estimates; no process started)
 #   make chaos   kill -9 the production topology's processes under 300 jobs, default timeouts: all 0 (CHAOS_ARGS: --fast)
 #   make lint    ruff check
-#   make venv    create .venv and install requirements.txt (only when it changed)
+#   make venv    create .venv and install requirements.txt, and the npm packages of package.json (when changed)
 #   make clean   remove var/ and caches (keeps .venv)
 #
 # Variables: PORT (default 8000), PYTHON (interpreter that creates the venv), PYTEST_ARGS (extra pytest args),
@@ -25,12 +25,14 @@ PIP = $(VENV_PY) -m pip --disable-pip-version-check
 # Stamp files: touched after a successful install, so a later run installs only when a requirements file is newer.
 RUNTIME_STAMP = $(VENV)/.requirements.stamp
 DEV_STAMP = $(VENV)/.requirements-dev.stamp
+# The browser's npm packages (xterm.js for the job's terminal), pinned by package-lock.json; served as static files.
+NODE_STAMP = node_modules/.package-lock.stamp
 
 SHELL = /bin/bash
 .SHELLFLAGS = -eu -o pipefail -c
 .DEFAULT_GOAL = help
 
-.PHONY: help venv venv-dev run prod test test-fast chaos lint services clean
+.PHONY: help venv venv-dev node_modules run prod test test-fast chaos lint services clean
 
 help:
 	@sed -n 's/^#   make /make /p' $(MAKEFILE_LIST)
@@ -51,22 +53,27 @@ $(DEV_STAMP): requirements.txt requirements-dev.txt pyproject.toml | $(VENV_PY)
 	$(PIP) install --no-deps -e .
 	touch $@ $(RUNTIME_STAMP)
 
-venv: $(RUNTIME_STAMP)
+$(NODE_STAMP): package.json package-lock.json
+	scripts/ensure-services.sh --npm-only
+	npm ci --no-audit --no-fund
+	touch $@
 
-venv-dev: $(DEV_STAMP)
+node_modules: $(NODE_STAMP)
+
+venv: $(RUNTIME_STAMP) $(NODE_STAMP)
+
+venv-dev: $(DEV_STAMP) $(NODE_STAMP)
 
 # --- run (embedded: SQLite under var/, no PostgreSQL or Redis) --------------------------------------------
 
 # DATABASE_URL and REDIS_URL are dropped from the environment so a leftover export cannot switch `make run`
-# away from SQLite and the in-process scheduler.
+# away from SQLite and the in-process scheduler. scripts/run_embedded.py migrates, collects static files and seeds
+# in the serving process, each only when needed, so a warm start answers in a second or two.
 RUN_ENV = env -u DATABASE_URL -u REDIS_URL PORT=$(PORT)
 
 run: venv
 	mkdir -p "$${JOBSITE_VAR_DIR:-var}"
-	$(RUN_ENV) $(VENV_PY) manage.py migrate --noinput
-	$(RUN_ENV) $(VENV_PY) manage.py collectstatic --noinput --verbosity 0
-	$(RUN_ENV) $(VENV_PY) manage.py seed_demo
-	exec $(RUN_ENV) $(VENV_PY) manage.py serve
+	exec $(RUN_ENV) $(VENV_PY) scripts/run_embedded.py
 
 # --- production topology on this machine (PostgreSQL, Redis, web + scheduler + Celery worker/beat) ------
 

@@ -20,13 +20,14 @@ from .parser import build_parser
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `jobctl submit [flags] -- COMMAND ARGS...`: everything after the first -- is the job's command.
+    # `jobctl submit [flags] -- COMMAND ARGS...`: everything after the first -- is the job's command (exec: the
+# command to run in the job).
     command: list[str] = []
     if "--" in argv:
         at = argv.index("--")
         argv, command = argv[:at], argv[at + 1:]
     args = parser.parse_args(argv)
-    if command and args.cmd not in ("submit", "clone"):
+    if command and args.cmd not in ("submit", "clone", "exec", "shell"):
         parser.error(f"{args.cmd} takes no command after --")
     args.argv = command
     data = config.load()

@@ -8,10 +8,13 @@ from . import __version__
 from .actions import cmd_cancel, cmd_restart, cmd_stop
 from .auth import cmd_login, cmd_logout
 from .cluster import cmd_groups, cmd_queue, cmd_usage, cmd_util
+from .exec import cmd_exec, cmd_shell
 from .logs import cmd_logs
 from .notify import EVENTS, cmd_notify_add, cmd_notify_list, cmd_notify_rm
+from .port_forward import cmd_port_forward
 from .show import cmd_describe, cmd_get, cmd_list, get_target
 from .submit import cmd_clone, cmd_submit
+from .top import cmd_top
 
 EPILOG = """\
 options of every command (before or after its name):
@@ -56,6 +59,8 @@ def add_spec_flags(p: argparse.ArgumentParser, *, for_clone: bool = False) -> No
     p.add_argument("-c", "--command", help="shell command to run; or after --: one word is a shell command as it "
                                            "is ('echo a; exit 3'), several a program and its arguments")
     p.add_argument("-e", "--env", action="append", metavar="NAME=VALUE", help="environment variable (repeatable)")
+    p.add_argument("--port", action="append", metavar="[NAME=]PORT",
+                   help="a port it serves, opened through the site (repeatable; JOB_BASE_URL: the first one's path)")
     p.add_argument("--replicas", type=int)
     p.add_argument("--type", dest="job_type", choices=["training", "interactive"])
     p.add_argument("--priority", choices=["low", "normal", "high"])
@@ -150,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                              ("stop", cmd_stop, "stop jobs (cancel that can be restarted)")):
         p = add(name, func, text)
         p.add_argument("ids", type=int, nargs="+", metavar="ID")
+    p = add("top", cmd_top, "your running jobs' GPUs now: utilisation, memory, power, temperature")
+    p.add_argument("ids", type=int, nargs="*", metavar="ID", help="these jobs (default: your running jobs)")
+    p.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50)")
     p = add("restart", cmd_restart, "run an ended job again as a new attempt")
     p.add_argument("id", type=int)
     p = add("clone", cmd_clone, "submit a copy of a job (flags change fields of the copy)")
@@ -173,6 +181,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = notify.add_parser("rm", parents=[common], help="end subscriptions")
     p.set_defaults(func=cmd_notify_rm)
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
+
+    p = add("exec", cmd_exec, "run a command inside a running job's replica (-- CMD ARGS...); -it: a shell")
+    p.add_argument("id", type=int)
+    p.add_argument("--rank", type=int, default=0, metavar="N", help="replica rank (default 0)")
+    p.add_argument("-i", "--stdin", action="store_true", help="send this terminal's input to the command")
+    p.add_argument("-t", "--tty", action="store_true", help="give the command a terminal (-it: a shell when no "
+                                                            "command is given)")
+    p = add("shell", cmd_shell, "an interactive shell inside a running job's replica")
+    p.add_argument("id", type=int)
+    p.add_argument("--rank", type=int, default=0, metavar="N", help="replica rank (default 0)")
+
+    p = add("port-forward", cmd_port_forward, "forward a local port to a port a running job declares")
+    p.add_argument("id", type=int)
+    p.add_argument("ports", metavar="LOCAL:REMOTE", help="e.g. 8888:8888 (LOCAL 0: any free port)")
+    p.add_argument("--rank", type=int, default=0, metavar="N", help="replica rank (default 0)")
 
     p = add("queue", cmd_queue, "a group's queue in order, with reasons")
     p.add_argument("group")

@@ -58,7 +58,19 @@ def spec_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         spec["sweep"] = sweep_from_flags(args.sweep)
     if getattr(args, "after", None):
         spec["after"] = [after_from_flag(item) for item in args.after]
+    if getattr(args, "port", None):
+        spec["ports"] = [port_from_flag(item) for item in args.port]
     return spec
+
+
+def port_from_flag(text: str) -> dict[str, Any]:
+    """``--port [NAME=]PORT``: a port the job serves through the site (the server checks the rest)."""
+    name, sep, number = text.rpartition("=")
+    try:
+        port = int(number)
+    except ValueError:
+        raise UsageError(f"--port {text!r}: use [NAME=]PORT, e.g. jupyter=8888") from None
+    return {"name": name, "port": port} if sep and name else {"port": port}
 
 
 def sweep_value(text: str) -> str | int | float:

@@ -187,6 +187,7 @@ def job_spec_of(job: Job) -> dict:
         "backoff_limit": job.backoff_limit,
         "active_deadline_seconds": job.active_deadline_seconds,
         "ttl_seconds_after_finished": job.ttl_seconds_after_finished,
+        "ports": list(job.ports or []),
     }
 
 

@@ -19,16 +19,25 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from jobs import port_proxy  # noqa: E402
 from jobs.routing import websocket_urlpatterns  # noqa: E402
 from jobsite.limits import BodySizeLimit  # noqa: E402
 from jobsite.security import metrics_access_summary  # noqa: E402
 
 logging.getLogger("jobsite").log(*metrics_access_summary())  # who may read /metrics, said once at start
 
+ports = AuthMiddlewareStack(port_proxy.PortProxy())  # /jobs/<id>/ports/<port>/...: a job's web app
+
+
+async def http(scope, receive, send):
+    app = ports if port_proxy.matches(scope["path"]) else django_application
+    return await app(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
         # Bodies over JOBSITE_MAX_BODY_BYTES: 413 before Django reads (and spools) them.
-        "http": BodySizeLimit(django_application),
+        "http": BodySizeLimit(http),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

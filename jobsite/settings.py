@@ -235,9 +235,11 @@ JOBSITE_LEADER_ELECTION = env.str("JOBSITE_LEADER_ELECTION", default="")
 JOBSITE_LEADER_LEASE_NAME = env.str("JOBSITE_LEADER_LEASE_NAME", default="jobsite-scheduler")
 # Namespace of the Lease: the scheduler's own (POD_NAMESPACE from the downward API), else the jobs' namespace.
 JOBSITE_LEADER_NAMESPACE = env.str("JOBSITE_LEADER_NAMESPACE", default=env.str("POD_NAMESPACE", default=""))
-# A leader that has not renewed for LEASE_SECONDS is replaced (a standby takes over at most LEASE + 2 × RETRY
-# seconds after the leader died: 12 s by default); it renews (and standbys retry) every RETRY_SECONDS.
-JOBSITE_LEADER_LEASE_SECONDS = env.float("JOBSITE_LEADER_LEASE_SECONDS", default=8.0)
+# Kubernetes' controllers' 15/10/2: a leader not renewed for LEASE_SECONDS is replaced (within LEASE + 2 × RETRY: 19 s);
+# it renews (standbys retry) every RETRY_SECONDS; one that could not renew for RENEW_DEADLINE_SECONDS (< LEASE) steps
+# down and refuses every cluster-changing action from then on (scheduler.leader.fence).
+JOBSITE_LEADER_LEASE_SECONDS = env.float("JOBSITE_LEADER_LEASE_SECONDS", default=15.0)
+JOBSITE_LEADER_RENEW_DEADLINE_SECONDS = env.float("JOBSITE_LEADER_RENEW_DEADLINE_SECONDS", default=10.0)
 JOBSITE_LEADER_RETRY_SECONDS = env.float("JOBSITE_LEADER_RETRY_SECONDS", default=2.0)
 # The scheduler process serves /healthz, /readyz and /metrics on this port (0: off).
 JOBSITE_SCHEDULER_HTTP_PORT = env.int("JOBSITE_SCHEDULER_HTTP_PORT", default=9100)
@@ -293,9 +295,25 @@ JOBSITE_K8S_API_RETRY_BASE_SECONDS = env.float("JOBSITE_K8S_API_RETRY_BASE_SECON
 JOBSITE_K8S_LOG_REFRESH_SECONDS = env.float("JOBSITE_K8S_LOG_REFRESH_SECONDS", default=5.0)
 # Threads that copy new log bytes from the pod log API into the archive (never the admission thread).
 JOBSITE_K8S_LOG_WORKERS = env.int("JOBSITE_K8S_LOG_WORKERS", default=8)
+# Pod log API requests a second for running pods, all together, spaced evenly (0: no bound): rank 0 and pods that
+# wrote lately first, the others in turn; archiving an ended pod's rest never waits but counts.
+JOBSITE_K8S_LOG_REQUESTS_PER_SECOND = env.float("JOBSITE_K8S_LOG_REQUESTS_PER_SECOND", default=20.0)
 # Pods deleted with the job's grace period are force-deleted (grace 0) only when their node is lost, or when they
 # are still there this many seconds after their grace period ended (a kubelet that never confirms).
 JOBSITE_K8S_STUCK_TERMINATION_SECONDS = env.int("JOBSITE_K8S_STUCK_TERMINATION_SECONDS", default=600)
+# Times a job may be requeued because the cluster disrupted it (preemption by the cluster's scheduler, eviction,
+# node pressure, a lost node, a GPU admission error) without spending its backoff; past it the job fails.
+JOBSITE_K8S_MAX_DISRUPTIONS = env.int("JOBSITE_K8S_MAX_DISRUPTIONS", default=10)
+# Pods carry JOBSITE_INSTALLATION_ID (below) as label and annotation jobsite/installation: installations sharing a
+# namespace never adopt or delete each other's pods; changing it (or SECRET_KEY) while jobs run orphans their pods.
+# GPUs' extended resource unless the instance type names its own (gpu_resource, e.g. nvidia.com/mig-1g.10gb).
+JOBSITE_K8S_GPU_RESOURCE = env.str("JOBSITE_K8S_GPU_RESOURCE", default="nvidia.com/gpu")
+# Pods' priorityClassName by job priority, JSON {"high": "jobs-high"}; unnamed: the cluster's default (must exist).
+JOBSITE_K8S_PRIORITY_CLASSES = env.json("JOBSITE_K8S_PRIORITY_CLASSES", default={})
+# Node disk (ephemeral-storage: container layer, logs, working directory) each replica requests, so the kubelet does
+# not evict job pods first under disk pressure, and may use at most (evicted past it). E.g. "20Gi"; empty: none.
+JOBSITE_K8S_EPHEMERAL_STORAGE_REQUEST = env.str("JOBSITE_K8S_EPHEMERAL_STORAGE_REQUEST", default="10Gi")
+JOBSITE_K8S_EPHEMERAL_STORAGE_LIMIT = env.str("JOBSITE_K8S_EPHEMERAL_STORAGE_LIMIT", default="")
 # Archived logs of every backend that keeps them outside its own root: <root>/job-<id>/attempt-<n>/replica-<r>.log
 JOBSITE_LOG_ROOT = Path(env.str("JOBSITE_LOG_ROOT", default=str(VAR_DIR / "logs")))
 # --- end of the Kubernetes backend settings -----------------------------------------------------------------
@@ -453,9 +471,29 @@ JOBSITE_NOTIFY_LEASE_SECONDS = env.float("JOBSITE_NOTIFY_LEASE_SECONDS", default
 # Tries before a notification is given up (FAILED, with a Warning event on the job); the wait after the n-th failed
 # try is JOBSITE_NOTIFY_BACKOFF_SECONDS × 2^(n-1), at most an hour.
 JOBSITE_NOTIFY_MAX_TRIES = env.int("JOBSITE_NOTIFY_MAX_TRIES", default=8)
+
 JOBSITE_NOTIFY_BACKOFF_SECONDS = env.float("JOBSITE_NOTIFY_BACKOFF_SECONDS", default=30.0)
 # How often the Celery beat (or the embedded sender) sweeps for due notifications no task took, and retries.
 JOBSITE_NOTIFY_SWEEP_SECONDS = env.float("JOBSITE_NOTIFY_SWEEP_SECONDS", default=10.0)
 # Send from a thread of the web process instead of the Celery worker: the embedded default (`make run`, no Redis and
 # so no worker); production (REDIS_URL) sends from the worker.
 JOBSITE_NOTIFY_INPROCESS = env.bool("JOBSITE_NOTIFY_INPROCESS", default=not REDIS_URL)
+
+# --- GPU telemetry ---------------------------------------------------------------------------------------------
+# The leader samples every JOBSITE_GPU_SAMPLE_SECONDS (0: never): NVML locally, a DCGM exporter's URL on Kubernetes.
+# A running job whose GPUs all stay under JOBSITE_GPU_IDLE_UTIL % for JOBSITE_GPU_IDLE_MINUTES is warned once a spell.
+JOBSITE_GPU_SAMPLE_SECONDS = env.float("JOBSITE_GPU_SAMPLE_SECONDS", default=10.0)
+JOBSITE_GPU_METRICS_URL = env.str("JOBSITE_GPU_METRICS_URL", default="")
+JOBSITE_GPU_IDLE_UTIL = env.float("JOBSITE_GPU_IDLE_UTIL", default=5.0)
+JOBSITE_GPU_IDLE_MINUTES = env.float("JOBSITE_GPU_IDLE_MINUTES", default=30.0)
+JOBSITE_GPU_IDLE_STOP_INTERACTIVE_MINUTES = env.float("JOBSITE_GPU_IDLE_STOP_INTERACTIVE_MINUTES", default=None)
+
+# --- exec into running jobs (jobs/exec_consumers.py, jobctl exec) ---------------------------------------------
+# The browser's terminal (xterm.js), served from the npm packages `make node_modules` installs (package.json).
+STATICFILES_DIRS += [(f"vendor/{name}", BASE_DIR / "node_modules" / "@xterm" / package)
+                     for name, package in (("xterm", "xterm"), ("xterm-addon-fit", "addon-fit"))
+                     if (BASE_DIR / "node_modules" / "@xterm" / package).is_dir()]
+# A session into a job with no byte either way for this long is closed (and its command killed); an open session
+# checks every JOBSITE_EXEC_CHECK_SECONDS that its job is still Running (it ends when the job stops).
+JOBSITE_EXEC_IDLE_SECONDS = env.float("JOBSITE_EXEC_IDLE_SECONDS", default=1800.0)
+JOBSITE_EXEC_CHECK_SECONDS = env.float("JOBSITE_EXEC_CHECK_SECONDS", default=5.0)

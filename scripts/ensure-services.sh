@@ -3,7 +3,7 @@
 #   - PostgreSQL on $PG_HOST:$PG_PORT (trust auth for $PG_USER) with database $PG_DB,
 #   - Redis on $REDIS_HOST:$REDIS_PORT,
 #   - Chromium at $CHROMIUM_BIN, bubblewrap's bwrap and slirp4netns (the job sandbox and its outbound network),
-#     installed from Debian with apt-get when missing.
+#     installed from Debian with apt-get when missing; npm likewise (`--npm-only`: that alone).
 # Anything already running is left alone, so the script is idempotent and quick when all is up.
 # It exits non-zero with a message as soon as something cannot be started.
 set -euo pipefail
@@ -119,7 +119,18 @@ ensure_bubblewrap() {
     log "bubblewrap is available: $(bwrap --version 2>/dev/null); $(slirp4netns --version 2>/dev/null | head -n 1)"
 }
 
+# npm installs the browser's packages of package.json (xterm.js for a job's terminal); Debian's nodejs brings it.
+ensure_npm() {
+    command -v npm >/dev/null 2>&1 || apt_install npm
+    log "npm is available: $(npm --version 2>/dev/null)"
+}
+
+if [[ "${1:-}" == "--npm-only" ]]; then
+    ensure_npm
+    exit 0
+fi
 ensure_postgres
 ensure_redis
 ensure_bubblewrap
+ensure_npm
 [[ "${1:-}" == "--no-browser" ]] || ensure_chromium

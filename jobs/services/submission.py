@@ -20,6 +20,7 @@ from .. import limits
 from ..choices import JobType, Phase, Priority, Resource
 from ..dependencies import After
 from ..models import Group, GroupQuota, Image, InstanceType, Job, Membership, SubmitKey
+from ..ports import ports_problems
 from ..rules import QuotaLimits, fmt_amount
 from ..wakeup import request_pass
 from .dependencies import after_problems, dependencies_record
@@ -42,6 +43,7 @@ class JobSpec:
     active_deadline_seconds: int
     ttl_seconds_after_finished: int
     after: tuple[After, ...] = ()  # what it waits for (jobs.dependencies), checked against what the user sees
+    ports: tuple[dict, ...] = ()  # what it serves through the site (jobs.ports)
 
 
 def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, preemptible: bool) -> str | None:
@@ -133,9 +135,12 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
             errors["replicas" if replicas > 1 else "instance_type"] = f"This job can never run: it {problem}."
 
     after, after_errors = after_problems(user=user, value=data.get("after"))
+    ports, port_errors = ports_problems(data.get("ports"))
     messages = {k: [v] for k, v in errors.items()}
     if after_errors:
         messages["after"] = after_errors
+    if port_errors:
+        messages["ports"] = port_errors
     if messages:
         raise ValidationError(messages)
 
@@ -161,6 +166,7 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
             data.get("ttl_seconds_after_finished"), settings.JOBSITE_DEFAULT_TTL_SECONDS_AFTER_FINISHED
         ),
         after=after,
+        ports=tuple(ports),
     )
 
 
@@ -231,7 +237,7 @@ def job_from_spec(spec: JobSpec, *, user: AbstractBaseUser, now: datetime, **fie
         env=spec.env, replicas=spec.replicas, job_type=spec.job_type, priority=spec.priority,
         preemptible=spec.preemptible, backoff_limit=spec.backoff_limit,
         active_deadline_seconds=spec.active_deadline_seconds,
-        ttl_seconds_after_finished=spec.ttl_seconds_after_finished, phase=Phase.SUBMITTED,
+        ttl_seconds_after_finished=spec.ttl_seconds_after_finished, ports=list(spec.ports), phase=Phase.SUBMITTED,
         status="Submitted", queued_at=now,
     )
     return Job(**{**values, **fields})

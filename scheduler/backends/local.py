@@ -329,7 +329,7 @@ class LocalBackend(BackendDefaults):
             if facts.privileged:  # the sandbox's user writes here, and only here
                 os.chown(work, facts.uid, facts.gid)
             command, env = sandbox.sandbox_argv(facts), sandbox.sandbox_env(env, facts)
-            options = ["--sandboxed", str(facts.uid)]
+            options = ["--sandboxed", f"{facts.uid}:{facts.gid}"]
             if network is not None:
                 command, keep = [*network.enter_argv(), *command], (network.keep_fd,)
         else:

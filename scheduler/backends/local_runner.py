@@ -1,7 +1,7 @@
 """Supervisor of one replica of the local backend. Standalone: no Django, run as a script.
 
-    python local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] [--limits PLAN] STATE_DIR LOG_FILE \
-        WORK_DIR -- ARGV...
+    python local_runner.py [--grace SECONDS] [--sandboxed UID[:GID]] [--notify SOCKET] [--limits PLAN] \
+        STATE_DIR LOG_FILE WORK_DIR -- ARGV...
 
 It detaches (fork, new session) so the replica outlives the web server that started it, becomes the child
 subreaper of everything the command starts (orphans are re-parented to it, not to init), then writes into
@@ -19,10 +19,11 @@ runner looks for it after writing ``runner.pid`` and again once the command has 
 command runs inside it, the sandbox's own processes being spared by a stop): either the stop sees the
 runner's pid and the command, or the runner sees the file, and then records an exit without running the command.
 
-With ``--sandboxed UID`` ARGV is a sandbox (bubblewrap, see sandbox.py) around the command, whose processes may run
-as UID: the runner writes the sandbox's own process to ``sandbox.pid`` (a stop leaves it alone: it ends with the
-command, and everything in the sandbox with it), and copies the command's output into LOG_FILE from a pipe, so
-the command never holds the log file itself.
+With ``--sandboxed UID[:GID]`` ARGV is a sandbox (bubblewrap, see sandbox.py) around the command, whose processes
+may run as UID: the runner writes the sandbox's own process to ``sandbox.pid`` (a stop leaves it alone: it ends with
+the command, and everything in the sandbox with it), and copies the command's output into LOG_FILE from a pipe, so
+the command never holds the log file itself. While the sandbox runs, the runner is its door: ``exec.sock`` in
+STATE_DIR starts commands inside it for the site (local_exec.py).
 
 With ``--limits PLAN`` (a ``cgroups.Plan`` as JSON) the command runs in a cgroup of its own, made before it starts
 and entered between its fork and its exec (so the sandbox and all it starts are in it), with RLIMIT_FSIZE at the
@@ -34,7 +35,6 @@ then it kills whatever is left in the cgroup and removes it.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
@@ -46,14 +46,15 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from . import cgroups
+    from . import cgroups, local_exec
 except ImportError:  # run as a script (python local_runner.py): its directory is on sys.path
     import cgroups  # type: ignore[no-redef]
+    import local_exec  # type: ignore[no-redef]
 
 MARKER = "JOBSITE_REPLICA"
 PR_SET_CHILD_SUBREAPER = 36
@@ -76,20 +77,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 # sun_path holds 108 bytes: a longer socket path is named through an open descriptor of its directory.
-_SUN_PATH_MAX = 107
-
-
-@contextlib.contextmanager
-def unix_address(path: Path) -> Iterator[str]:
-    """A name of the Unix socket ``path`` short enough to bind or send to."""
-    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
-        yield str(path)
-        return
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
-    finally:
-        os.close(fd)
+unix_address = local_exec.unix_address
 
 
 def notify(path: Path, message: bytes = b"exit") -> bool:
@@ -234,11 +222,12 @@ def _reap() -> None:
     """Collect every child that has ended (orphans of the command are ours to collect, as subreaper)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        local_exec.REAPED.record(pid, status)
 
 
 def _wait(pid: int) -> int:
@@ -251,6 +240,7 @@ def _wait(pid: int) -> int:
         if reaped == pid:
             code = os.waitstatus_to_exitcode(status)
             return 128 - code if code < 0 else code  # killed by signal N: 128+N
+        local_exec.REAPED.record(reaped, status)  # an exec'd command's: its session reports it
 
 
 def sweep(marker: str, grace: float, uids: Collection[int] = ()) -> None:
@@ -366,7 +356,7 @@ class Limiter:
 
 def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
               sandbox_uid: int | None = None, notify_path: Path | None = None,
-              plan: cgroups.Plan | None = None) -> int:
+              plan: cgroups.Plan | None = None, sandbox_gid: int | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)  # we stay to kill what is left and record the exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -374,6 +364,7 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
     uids = () if sandbox_uid is None else (sandbox_uid,)
     sandboxed = sandbox_uid is not None
     copier = None
+    door = None  # the exec socket (local_exec.py), while the sandbox runs
     limiter = Limiter(plan, cwd)
     (state / "reason").unlink(missing_ok=True)  # a relaunch in place: the last run's
     write_atomic(state / "runner.pid", f"{os.getpid()} {proc_start_time(os.getpid())}")
@@ -404,11 +395,14 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
                     # A stop spares the sandbox's own processes: it must see the command, so the command is
                     # born before the stop file is looked at again.
                     _wait_for_command(child.pid, marker, uids)
+                    door = _open_door(state, child.pid, sandbox_uid, sandbox_gid, limiter)
                 write_atomic(state / "child.pid", str(child.pid))
                 if (sig := stop_requested(state)) is not None:  # a stop came while it started: it may have
                     os.kill(child.pid, sig)  # found only us (not reaped yet: the pid is still the child's)
                 limiter.watch_disk(marker, uids)
                 code = child.returncode = _wait(child.pid)
+        if door is not None:
+            door.close()
         reason = limiter.reason(code)
         sweep(marker, grace, uids)
         _reap()
@@ -421,6 +415,16 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
     if notify_path is not None:  # after the exit code is there to read: the sync it starts finds it
         notify(notify_path)
     return code
+
+
+def _open_door(state: Path, sandbox: int, uid: int, gid: int | None, limiter: Limiter):
+    """The replica's exec socket (``exec.sock`` in its state directory); None when it cannot be opened."""
+    try:
+        return local_exec.ExecServer(state / local_exec.SOCKET_NAME, lambda: sandbox, uid=uid,
+                                     gid=uid if gid is None else gid, privileged=os.geteuid() == 0,
+                                     env=dict(os.environ), enter=limiter.enter).start()
+    except OSError:
+        return None
 
 
 def _become_subreaper() -> None:
@@ -443,7 +447,10 @@ def main() -> None:
     if len(args) < 5 or args[3] != "--":
         raise SystemExit(USAGE)
     grace = float(options["--grace"])
-    sandbox_uid = None if options["--sandboxed"] is None else int(options["--sandboxed"])
+    sandbox_uid = sandbox_gid = None
+    if options["--sandboxed"] is not None:  # UID or UID:GID
+        uid_text, _, gid_text = options["--sandboxed"].partition(":")
+        sandbox_uid, sandbox_gid = int(uid_text), int(gid_text) if gid_text else None
     notify_path = None if options["--notify"] is None else Path(options["--notify"])
     plan = None if options["--limits"] is None else cgroups.Plan.from_json(options["--limits"])
     state, log, cwd = (Path(a) for a in args[:3])
@@ -457,7 +464,7 @@ def main() -> None:
     for std in (0, 1, 2):
         os.dup2(fd, std)
     try:
-        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path, plan)
+        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path, plan, sandbox_gid)
     finally:
         os._exit(0)
 

@@ -12,7 +12,7 @@ FIELDS = {
     "preemptible", "backoff_limit", "active_deadline_seconds", "ttl_seconds_after_finished", "request", "phase",
     "status", "color", "color_name", "reason", "message", "exit_code", "queue_position", "over_quota", "created_at",
     "admitted_at", "started_at", "finished_at", "current_attempt", "attempts", "events", "estimated_start",
-    "estimate_basis", "after", "waited_by",
+    "estimate_basis", "after", "waited_by", "ports",
 }
 
 

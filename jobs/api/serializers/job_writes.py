@@ -54,6 +54,12 @@ class JobSubmitSerializer(StrictSerializer):
                   "afterok/afternotok/afterany. Until then the job waits Pending with reason Dependency; it ends "
                   "Cancelled (DependencyNeverSatisfied) when one can never be met.",
     )
+    ports = serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=8,
+        help_text='Ports its replicas serve, opened through the site at /jobs/{id}/ports/{port}/ (rank 0; ?rank=N): '
+                  '[{"name": "jupyter", "port": 8888}]; 1 to 65535, unique, names as Kubernetes port names; at most '
+                  "8. The job gets JOB_BASE_URL, the first one's path (serve under it).",
+    )
 
     def validate_command(self, value: str) -> str:
         if len(value.encode()) > limits.COMMAND_MAX_BYTES:

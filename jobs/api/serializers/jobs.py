@@ -95,7 +95,7 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "group", "user", "image", "instance_type", "command", "env", "replicas", "job_type",
             "priority", "preemptible", "backoff_limit", "active_deadline_seconds", "ttl_seconds_after_finished",
-            "request", "phase", "status", "color", "color_name", "reason", "message", "exit_code",
+            "ports", "request", "phase", "status", "color", "color_name", "reason", "message", "exit_code",
             "queue_position", "estimated_start", "estimate_basis", "over_quota", "created_at", "admitted_at",
             "started_at", "finished_at", "current_attempt", *VOCABULARY_FIELDS,
         ]

@@ -1,0 +1,249 @@
+"""``/jobs/<id>/ports/<port>/...``: HTTP and WebSocket traffic to a port a running job declares (``Job.ports``), on
+replica 0 (or ``?rank=N``), through its supervisor (the job's network is closed to the machine: ``exec_door``).
+
+The site's session authenticates it; those who may not see the job get 404, an anonymous browser the login page.
+The app in the job sees the whole path, prefix included (``JOB_BASE_URL``: serve under it, as Jupyter's
+``--ServerApp.base_url`` does), and none of the site's cookies nor its Authorization header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from urllib.parse import parse_qs, quote
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from . import exec_door
+from .services import sessions
+
+PATH = re.compile(r"^/jobs/(?P<pk>\d+)/ports/(?P<port>\d+)(?P<rest>/.*)?$")
+HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer",
+              b"upgrade", b"host", b"authorization", b"proxy-authorization"}
+
+
+def matches(path: str) -> bool:
+    return PATH.match(path) is not None
+
+
+def _site_cookies() -> set[str]:
+    return {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+
+
+def _cookie_header(value: bytes) -> bytes:
+    """The Cookie header without the site's own cookies (the job never sees the user's session)."""
+    own = _site_cookies()
+    kept = [c for c in value.decode("latin-1").split(";") if c.strip().split("=", 1)[0] not in own]
+    return ";".join(kept).strip().encode("latin-1")
+
+
+def _names_site_cookie(set_cookie: bytes) -> bool:
+    """Whether a Set-Cookie of the job's app would set one of the site's own cookies (dropped: no fixation)."""
+    return set_cookie.decode("latin-1").split("=", 1)[0].strip() in _site_cookies()
+
+
+def _rank(scope) -> int:
+    try:
+        return int(parse_qs(scope.get("query_string", b"").decode()).get("rank", ["0"])[-1])
+    except ValueError:
+        return -1
+
+
+async def _open(scope, pk: int, port: int):
+    """(target, connected socket) of the port, or SessionRefused / DoorClosed."""
+    target = await database_sync_to_async(sessions.port_target)(user=scope["user"], job_id=pk, port=port,
+                                                                rank=_rank(scope))
+    path = exec_door.socket_path(root=target.backend_root, job_id=pk, attempt_number=target.attempt.number,
+                                 rank=target.rank)
+    sock = await sync_to_async(exec_door.connect_port, thread_sensitive=False)(path, port)
+    return target, sock
+
+
+class PortProxy:
+    """The HTTP side (an ASGI app, behind the session's middleware in ``jobsite.asgi``)."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        match = PATH.match(scope["path"])
+        pk, port = int(match["pk"]), int(match["port"])
+        user = scope.get("user")
+        if user is None or not await database_sync_to_async(lambda: user.is_authenticated)():
+            return await _reply(send, 302, b"", [(b"location", f"/login/?next={quote(scope['path'])}".encode())])
+        try:
+            _target, sock = await _open(scope, pk, port)
+        except sessions.SessionRefused as refused:
+            return await _reply(send, refused.status, refused.message.encode())
+        except exec_door.DoorClosed as exc:
+            return await _reply(send, 502, str(exc).encode())
+        reader, writer = await asyncio.open_connection(sock=sock)
+        try:
+            await self._forward(scope, receive, send, reader, writer, port)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _forward(self, scope, receive, send, reader, writer, port: int) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        target = quote(scope["path"]) + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
+        lines = [f"{scope['method']} {target} HTTP/1.0".encode(), f"Host: 127.0.0.1:{port}".encode()]
+        for name, value in scope.get("headers", []):
+            if name in HOP_BY_HOP or name == b"content-length":
+                continue
+            if name == b"cookie" and not (value := _cookie_header(value)):
+                continue
+            lines.append(name + b": " + value)
+        lines += [f"Content-Length: {len(body)}".encode(), b"Connection: close",
+                  f"X-Forwarded-Prefix: /jobs/{PATH.match(scope['path'])['pk']}/ports/{port}".encode()]
+        writer.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        await writer.drain()
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            return await _reply(send, 502, b"The job's port closed the connection without an answer.")
+        status_line, *header_lines = head[:-4].split(b"\r\n")
+        try:
+            status = int(status_line.split()[1])
+        except (IndexError, ValueError):
+            return await _reply(send, 502, b"The job's port did not answer HTTP.")
+        headers = []
+        for line in header_lines:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name not in HOP_BY_HOP and not (name == b"set-cookie" and _names_site_cookie(value)):
+                headers.append((name, value.strip()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        while chunk := await reader.read(65536):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def _reply(send, status: int, body: bytes, headers: list | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class PortSocketConsumer(AsyncWebsocketConsumer):
+    """The WebSocket side: each frame relayed to and from a WebSocket of the job's port, as it is (text or binary).
+    Refusals: close codes 4404, 4409, 4502 (nothing answers on the port)."""
+
+    async def connect(self) -> None:
+        from websockets.asyncio.client import connect
+
+        self.upstream = None
+        self.pump: asyncio.Task | None = None
+        match = PATH.match(self.scope["path"])
+        pk, self.port = int(match["pk"]), int(match["port"])
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            return await self.close(code=4404)
+        try:
+            self.target, sock = await _open(self.scope, pk, self.port)
+        except sessions.SessionRefused as refused:
+            return await self.close(code=4000 + refused.status)
+        except exec_door.DoorClosed:
+            return await self.close(code=4502)
+        query = self.scope.get("query_string", b"").decode()
+        uri = f"ws://127.0.0.1:{self.port}{quote(self.scope['path'])}" + (f"?{query}" if query else "")
+        headers = [(n.decode("latin-1"), _cookie_header(v).decode("latin-1"))
+                   for n, v in self.scope.get("headers", []) if n == b"cookie" and _cookie_header(v)]
+        try:
+            self.upstream = await connect(uri, sock=sock, subprotocols=self.scope.get("subprotocols") or None,
+                                          additional_headers=headers, max_size=None, open_timeout=30)
+        except Exception:  # noqa: BLE001 - whatever the app in the job answered, it was not a WebSocket
+            sock.close()
+            return await self.close(code=4502)
+        await self.accept(subprotocol=self.upstream.subprotocol)
+        self.started = time.monotonic()
+        sessions.SESSIONS.labels("port").inc()
+        sessions.OPEN_SESSIONS.labels("port").inc()
+        self.pump = asyncio.create_task(self._from_job())
+
+    async def _from_job(self) -> None:
+        with contextlib.suppress(Exception):
+            async for message in self.upstream:
+                if isinstance(message, bytes):
+                    await self.send(bytes_data=message)
+                else:
+                    await self.send(text_data=message)
+        await self.close()
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if self.upstream is not None:
+            with contextlib.suppress(Exception):
+                await self.upstream.send(bytes_data if bytes_data is not None else text_data)
+
+    async def disconnect(self, code: int) -> None:
+        upstream, self.upstream = getattr(self, "upstream", None), None
+        if upstream is None:
+            return
+        if self.pump is not None and self.pump is not asyncio.current_task():
+            self.pump.cancel()
+        with contextlib.suppress(Exception):
+            await upstream.close()
+        await database_sync_to_async(sessions.port_session_record)(
+            target=self.target, user=self.scope["user"], port=self.port, what="a WebSocket",
+            seconds=time.monotonic() - self.started)
+
+
+class PortForwardConsumer(AsyncWebsocketConsumer):
+    """``ws/jobs/<id>/portforward/?port=P&rank=N`` (jobctl port-forward): one TCP connection to a declared port, its
+    bytes both ways as binary frames. The user comes from the session or jobctl's token, as for exec."""
+
+    async def connect(self) -> None:
+        from .exec_consumers import token_user
+
+        self.writer = None
+        self.pump: asyncio.Task | None = None
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            self.scope["user"] = user = await database_sync_to_async(token_user)(self.scope)
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        try:
+            self.port = int(query.get("port", ["0"])[-1])
+            self.target, sock = await _open(self.scope, int(self.scope["url_route"]["kwargs"]["pk"]), self.port)
+        except ValueError:
+            return await self.close(code=4400)
+        except sessions.SessionRefused as refused:
+            return await self.close(code=4000 + refused.status)
+        except exec_door.DoorClosed:
+            return await self.close(code=4502)
+        self.reader, self.writer = await asyncio.open_connection(sock=sock)
+        await self.accept()
+        self.started = time.monotonic()
+        sessions.SESSIONS.labels("port").inc()
+        sessions.OPEN_SESSIONS.labels("port").inc()
+        self.pump = asyncio.create_task(self._from_job())
+
+    async def _from_job(self) -> None:
+        with contextlib.suppress(Exception):
+            while chunk := await self.reader.read(65536):
+                await self.send(bytes_data=chunk)
+        await self.close()
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if self.writer is not None and bytes_data:
+            self.writer.write(bytes_data)
+            with contextlib.suppress(Exception):
+                await self.writer.drain()
+
+    async def disconnect(self, code: int) -> None:
+        writer, self.writer = getattr(self, "writer", None), None
+        if writer is None:
+            return
+        if self.pump is not None and self.pump is not asyncio.current_task():
+            self.pump.cancel()
+        writer.close()
+        await database_sync_to_async(sessions.port_session_record)(
+            target=self.target, user=self.scope["user"], port=self.port, what="a port-forward",
+            seconds=time.monotonic() - self.started)
