@@ -47,6 +47,18 @@ def _names_site_cookie(set_cookie: bytes) -> bool:
     return set_cookie.decode("latin-1").split("=", 1)[0].strip() in _site_cookies()
 
 
+# Answer headers a job's app may not send through the site: a service worker scoped beyond the job's port (it would
+# answer for the site's own pages) and clearing the site's cookies and storage in the visitor's browser.
+SITE_WIDE = {b"service-worker-allowed", b"clear-site-data"}
+
+
+def kept_answer_header(name: bytes, value: bytes) -> bool:
+    """Whether a header of the job's answer (``name`` lower case) is passed on to the browser."""
+    if name in HOP_BY_HOP or name in SITE_WIDE:
+        return False
+    return not (name == b"set-cookie" and _names_site_cookie(value))
+
+
 def _rank(scope) -> int:
     try:
         return int(parse_qs(scope.get("query_string", b"").decode()).get("rank", ["0"])[-1])
@@ -119,7 +131,7 @@ class PortProxy:
         for line in header_lines:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
-            if name not in HOP_BY_HOP and not (name == b"set-cookie" and _names_site_cookie(value)):
+            if kept_answer_header(name, value):
                 headers.append((name, value.strip()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         while chunk := await reader.read(65536):

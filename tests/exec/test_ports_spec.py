@@ -83,3 +83,14 @@ def test_the_sites_cookies_never_reach_a_job_nor_come_back_from_it(settings):
     assert _cookie_header(sent) == b"_xsrf=abc; theme=dark"
     assert _names_site_cookie(f"{settings.SESSION_COOKIE_NAME}=fixed; Path=/".encode())
     assert not _names_site_cookie(b"_xsrf=abc; Path=/jobs/1/ports/8888/")
+
+
+def test_a_jobs_answer_cannot_reach_beyond_its_port(settings):
+    from jobs.port_proxy import kept_answer_header
+
+    assert kept_answer_header(b"content-type", b"text/html")
+    assert kept_answer_header(b"set-cookie", b"_xsrf=abc; Path=/jobs/1/ports/8888/")
+    assert not kept_answer_header(b"set-cookie", f"{settings.CSRF_COOKIE_NAME}=x; Path=/".encode())
+    assert not kept_answer_header(b"service-worker-allowed", b"/")  # a worker answering for the site's pages
+    assert not kept_answer_header(b"clear-site-data", b'"cookies", "storage"')  # logging the visitor out
+    assert not kept_answer_header(b"transfer-encoding", b"chunked")
