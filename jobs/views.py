@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -27,7 +28,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import list_arrays, logs, selectors, services
+from . import list_arrays, logs, selectors, services, telemetry_selectors, usage_selectors
 from .api import auth
 from .choices import Phase, Resource
 from .forms import JobFilterForm, JobSpecYamlForm, JobSubmitForm, initial_from_job
@@ -405,12 +406,15 @@ def queue_page(request: HttpRequest, name: str) -> HttpResponse:
 def utilisation_page(request: HttpRequest) -> HttpResponse:
     # Other groups than the user's own show in aggregate only (no user or job names), here and in the live refresh.
     util = selectors.cluster_utilisation(request.user)
+    heat = telemetry_selectors.node_gpu_heat(settings.JOBSITE_GPU_IDLE_UTIL)
     nodes = [{"name": n.name, "gpu_total": n.gpu_total, "gpu_used": n.gpu_used, "gpu_free": n.gpu_free,
-              **_bar(n.gpu_used, n.gpu_total, None), "quota_pct": None} for n in util["nodes"]]
+              **_bar(n.gpu_used, n.gpu_total, None), "quota_pct": None, "heat": heat.get(n.name)}
+             for n in util["nodes"]]
     total_bar = {**_bar(util["gpu_used"], util["gpu_total"], None), "quota_pct": None}
     groups = [{**g, **_bar(g["running_gpu"], g["gpu_quota"], None)} for g in util["groups"]]
     context = {"util": util, "nodes": nodes, "total_bar": total_bar, "groups": groups,
-               "running": sum(g["running"] for g in groups), "queued": sum(g["queued"] for g in groups)}
+               "running": sum(g["running"] for g in groups), "queued": sum(g["queued"] for g in groups),
+               "idle_util": settings.JOBSITE_GPU_IDLE_UTIL}
     if request.htmx:
         return render(request, "jobs/_utilisation_live.html", context)
     return render(request, "jobs/utilisation.html", context)
@@ -435,12 +439,18 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     total = sum(by_pair.values())
     series = sorted(({"name": n, "values": dict(v), "total": sum(v.values())} for n, v in per_day.items()),
                     key=lambda s: (-s["total"], s["name"]))
-    table = [{"group": g, "user": u, "hours": h, "share": 100 * h / total if total else 0}
+    tele = usage_selectors.usage_telemetry(request.user, since=since, until=until, group=group,
+                                           threshold=settings.JOBSITE_GPU_IDLE_UTIL)
+    per = {name: usage_selectors.rollup(rows, tele, key) for name, key in (
+        ("pair", lambda k: k[1:]), ("group", lambda k: k[1]), ("day", lambda k: k[0]), ("all", lambda k: None))}
+    table = [{"group": g, "user": u, "hours": h, "share": 100 * h / total if total else 0, "f": per["pair"][(g, u)]}
              for (g, u), h in sorted(by_pair.items(), key=lambda kv: (-kv[1], kv[0]))]
     return render(request, "jobs/usage.html", {
         "days": days, "by": by, "group": group, "groups": groups, "since": since, "until": until,
         "day_list": [since + timedelta(days=i) for i in range(days)],
-        "series": series, "table": table, "total": total,
+        "series": series, "table": table, "total": total, "all": per["all"].get(None),
+        "by_group": sorted(per["group"].items(), key=lambda kv: (-kv[1].hours, kv[0])),
+        "by_day": sorted(per["day"].items()), "idle_util": settings.JOBSITE_GPU_IDLE_UTIL,
         "day_choices": [7, 14, 30, 90, 365],
     })
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import admin
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from jobs import selectors
+from jobs import selectors, usage_selectors
 from jobs.models import GpuUsage
 
 
@@ -44,6 +45,12 @@ class GpuUsageAdmin(admin.ModelAdmin):
             by_group[r["group"]] = by_group.get(r["group"], 0) + r["gpu_hours"]
             by_user[(r["group"], r["user"])] = by_user.get((r["group"], r["user"]), 0) + r["gpu_hours"]
             by_day[r["day"]] = by_day.get(r["day"], 0) + r["gpu_hours"]
+        tele = usage_selectors.usage_telemetry(request.user, since=since, until=until,
+                                               group=request.GET.get("group") or None,
+                                               threshold=settings.JOBSITE_GPU_IDLE_UTIL)
+        per_group = usage_selectors.rollup(rows, tele, lambda k: k[1])
+        per_user = usage_selectors.rollup(rows, tele, lambda k: k[1:])
+        per_day = usage_selectors.rollup(rows, tele, lambda k: k[0])
         context = {
             **self.admin_site.each_context(request),
             "title": f"GPU usage, last {days} days",
@@ -51,9 +58,9 @@ class GpuUsageAdmin(admin.ModelAdmin):
             "days": days,
             "since": since,
             "until": until,
-            "by_group": sorted(by_group.items(), key=lambda kv: -kv[1]),
-            "by_user": sorted(((g, u, h) for (g, u), h in by_user.items()), key=lambda t: -t[2]),
-            "by_day": sorted(by_day.items()),
-            "total": sum(by_group.values()),
+            "by_group": sorted(((g, h, per_group[g]) for g, h in by_group.items()), key=lambda t: -t[1]),
+            "by_user": sorted(((g, u, h, per_user[(g, u)]) for (g, u), h in by_user.items()), key=lambda t: -t[2]),
+            "by_day": sorted((d, h, per_day[d]) for d, h in by_day.items()),
+            "total": sum(by_group.values()), "idle_util": settings.JOBSITE_GPU_IDLE_UTIL,
         }
         return TemplateResponse(request, "admin/jobs/gpu_usage.html", context)
