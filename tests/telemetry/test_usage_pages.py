@@ -40,6 +40,8 @@ def test_usage_page_shows_utilised_and_idle_gpu_hours_from_telemetry(submit, log
     assert cell(html, '<tr data-group="phusers">') == ["2.00", "0.01", "0.01"]
     assert "Idle GPU-hours" in html and "under 5 % SM" in html
     assert "no GPU telemetry" not in re.search(r'<tr data-group="phusers">.*?</tr>', html, re.S).group(0)
+    assert re.search(r"<title>(.*?)</title>", html, re.S).group(1) == "GPU usage · jobsite"  # the tables once, in body
+    assert html.count('id="groups-h"') == 1
 
 
 def test_usage_page_says_no_telemetry_instead_of_zero(submit, login):
