@@ -128,14 +128,19 @@ def notifications_on_transition(*, job: Job, old_phase: str, event: JobEvent) ->
     """``job`` has just changed phase (inside its transition's transaction, ``event`` its trail's entry): queue a
     notification for each subscription that asked for this kind of change; send them after commit."""
     kinds = notify_kinds(old_phase=old_phase, new_phase=job.phase)
-    if not kinds:
-        return
+    if kinds:
+        notifications_enqueue(job=job, event=event, kinds=kinds, at=event.time)
+
+
+def notifications_enqueue(*, job: Job, event: JobEvent, kinds: frozenset[str], at: datetime) -> None:
+    """Queue one notification of ``event`` per subscription of the job's user that asked for one of ``kinds`` (the
+    first of them in KIND_ORDER, then any other), due ``at``; send them after commit."""
+    order = (*KIND_ORDER, *sorted(kinds - set(KIND_ORDER)))
     rows = []
     for subscription in NotificationSubscription.objects.filter(user_id=job.user_id):
-        kind = next((k for k in KIND_ORDER if k in kinds and k in subscription.events), None)
+        kind = next((k for k in order if k in kinds and k in subscription.events), None)
         if kind:
-            rows.append(Notification(subscription=subscription, job=job, event=event, kind=kind,
-                                     next_try_at=event.time))
+            rows.append(Notification(subscription=subscription, job=job, event=event, kind=kind, next_try_at=at))
     if rows:
         Notification.objects.bulk_create(rows, ignore_conflicts=True)
         from ..tasks import notifications_dispatch

@@ -13,8 +13,9 @@ from django.conf import settings
 from django.db import transaction
 
 from ..choices import EventType, NotifyEvent, Phase
-from ..models import Attempt, GpuSeries, Job, Notification, NotificationSubscription
+from ..models import Attempt, GpuSeries, Job
 from .events import event_record
+from .notifications import notifications_enqueue
 from .transitions import job_terminate
 
 TIERS: tuple[tuple[int, int | None], ...] = ((10, 3600), (60, 86400), (600, None))  # (seconds/point, kept for)
@@ -60,8 +61,11 @@ def gpu_points_record(*, attempt: Attempt, readings: list[tuple[int, str, str, l
     if not readings:
         return
     attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
+    series: dict[tuple[int, str], dict[int, GpuSeries]] = {}
+    for s in GpuSeries.objects.filter(attempt=attempt):  # one read for all its GPUs
+        series.setdefault((s.rank, s.gpu), {})[s.resolution] = s
     for rank, node, gpu, point in readings:
-        rows = {s.resolution: s for s in GpuSeries.objects.filter(attempt=attempt, rank=rank, gpu=gpu)}
+        rows = series.get((rank, gpu), {})
         tiers = tiers_add({res: s.points for res, s in rows.items()}, [point], now=point[0])
         for res, pts in tiers.items():
             if res in rows:
@@ -124,14 +128,7 @@ def job_idle_update(*, job: Job, busiest: float | None, now: datetime) -> IdleSt
         event = event_record(job=job, reason=IDLE_REASON, type=EventType.WARNING,
                              message=f"{idle_words(minutes)} (every GPU under {settings.JOBSITE_GPU_IDLE_UTIL:g} %)",
                              at=max(step.idle_since + timedelta(minutes=minutes), job.created_at))
-        rows = [Notification(subscription=s, job=job, event=event, kind=NotifyEvent.IDLE_GPUS, next_try_at=now)
-                for s in NotificationSubscription.objects.filter(user_id=job.user_id)
-                if NotifyEvent.IDLE_GPUS in s.events]
-        if rows:
-            Notification.objects.bulk_create(rows, ignore_conflicts=True)
-            from ..tasks import notifications_dispatch
-
-            transaction.on_commit(notifications_dispatch, robust=True)
+        notifications_enqueue(job=job, event=event, kinds=frozenset({NotifyEvent.IDLE_GPUS}), at=now)
     if step.stop and job.phase == Phase.RUNNING:
         grace = settings.JOBSITE_GPU_IDLE_STOP_INTERACTIVE_MINUTES
         job_terminate(job=Job.objects.select_for_update().get(pk=job.pk), target=Phase.CANCELLED,
