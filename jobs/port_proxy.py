@@ -145,7 +145,27 @@ async def _reply(send, status: int, body: bytes, headers: list | None = None) ->
     await send({"type": "http.response.body", "body": body})
 
 
-class PortSocketConsumer(AsyncWebsocketConsumer):
+class _PortSession(AsyncWebsocketConsumer):
+    """What a session to a job's port does when it opens (counted, its relay from the job started) and ends (the relay
+    stopped, the session recorded as an event with its length)."""
+
+    def _opened(self) -> None:
+        self.started = time.monotonic()
+        sessions.SESSIONS.labels("port").inc()
+        sessions.OPEN_SESSIONS.labels("port").inc()
+        self.pump = asyncio.create_task(self._from_job())
+
+    def _stop_pump(self) -> None:
+        if self.pump is not None and self.pump is not asyncio.current_task():
+            self.pump.cancel()
+
+    async def _closed(self, what: str) -> None:
+        await database_sync_to_async(sessions.port_session_record)(
+            target=self.target, user=self.scope["user"], port=self.port, what=what,
+            seconds=time.monotonic() - self.started)
+
+
+class PortSocketConsumer(_PortSession):
     """The WebSocket side: each frame relayed to and from a WebSocket of the job's port, as it is (text or binary).
     Refusals: close codes 4404, 4409, 4502 (nothing answers on the port)."""
 
@@ -176,10 +196,7 @@ class PortSocketConsumer(AsyncWebsocketConsumer):
             sock.close()
             return await self.close(code=4502)
         await self.accept(subprotocol=self.upstream.subprotocol)
-        self.started = time.monotonic()
-        sessions.SESSIONS.labels("port").inc()
-        sessions.OPEN_SESSIONS.labels("port").inc()
-        self.pump = asyncio.create_task(self._from_job())
+        self._opened()
 
     async def _from_job(self) -> None:
         with contextlib.suppress(Exception):
@@ -199,16 +216,13 @@ class PortSocketConsumer(AsyncWebsocketConsumer):
         upstream, self.upstream = getattr(self, "upstream", None), None
         if upstream is None:
             return
-        if self.pump is not None and self.pump is not asyncio.current_task():
-            self.pump.cancel()
+        self._stop_pump()
         with contextlib.suppress(Exception):
             await upstream.close()
-        await database_sync_to_async(sessions.port_session_record)(
-            target=self.target, user=self.scope["user"], port=self.port, what="a WebSocket",
-            seconds=time.monotonic() - self.started)
+        await self._closed("a WebSocket")
 
 
-class PortForwardConsumer(AsyncWebsocketConsumer):
+class PortForwardConsumer(_PortSession):
     """``ws/jobs/<id>/portforward/?port=P&rank=N`` (jobctl port-forward): one TCP connection to a declared port, its
     bytes both ways as binary frames. The user comes from the session or jobctl's token, as for exec."""
 
@@ -232,10 +246,7 @@ class PortForwardConsumer(AsyncWebsocketConsumer):
             return await self.close(code=4502)
         self.reader, self.writer = await asyncio.open_connection(sock=sock)
         await self.accept()
-        self.started = time.monotonic()
-        sessions.SESSIONS.labels("port").inc()
-        sessions.OPEN_SESSIONS.labels("port").inc()
-        self.pump = asyncio.create_task(self._from_job())
+        self._opened()
 
     async def _from_job(self) -> None:
         with contextlib.suppress(Exception):
@@ -253,9 +264,6 @@ class PortForwardConsumer(AsyncWebsocketConsumer):
         writer, self.writer = getattr(self, "writer", None), None
         if writer is None:
             return
-        if self.pump is not None and self.pump is not asyncio.current_task():
-            self.pump.cancel()
+        self._stop_pump()
         writer.close()
-        await database_sync_to_async(sessions.port_session_record)(
-            target=self.target, user=self.scope["user"], port=self.port, what="a port-forward",
-            seconds=time.monotonic() - self.started)
+        await self._closed("a port-forward")
