@@ -68,14 +68,17 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
     timing = timing_for(backend)
     jobs = list(Job.objects.filter(phase__in=RESOURCE_PHASES, current_attempt__backend=backend.name)
                 .select_related("current_attempt"))
-    requeues = Counter(dict(
-        Attempt.objects.filter(job_id__in=[j.pk for j in jobs if j.phase == Phase.PREPARING], outcome="Requeued")
-        .values_list("job_id").annotate(n=Count("id")).values_list("job_id", "n")
-    ))
-    disruptions = Counter(dict(
-        Attempt.objects.filter(job_id__in=[j.pk for j in jobs], outcome__in=DISRUPTION_OUTCOMES)
-        .values_list("job_id").annotate(n=Count("id")).values_list("job_id", "n")
-    ))
+    # One read of the attempts that count against limits: requeues (of jobs still preparing) and disruptions.
+    preparing = {j.pk for j in jobs if j.phase == Phase.PREPARING}
+    requeues, disruptions = Counter(), Counter()
+    for job_id, outcome, n in (
+        Attempt.objects.filter(job_id__in=[j.pk for j in jobs], outcome__in=("Requeued", *DISRUPTION_OUTCOMES))
+        .values_list("job_id", "outcome").annotate(n=Count("id")).values_list("job_id", "outcome", "n")
+    ):
+        if outcome != "Requeued":
+            disruptions[job_id] += n
+        elif job_id in preparing:
+            requeues[job_id] += n
     actuator.forget({j.current_attempt_id for j in jobs})
     # Launched attempts not yet seen running (still preparing, or unknown since) whose "Started" event is missing:
     # written once a replica is seen running.
