@@ -1,7 +1,7 @@
 # Production image for jobsite.
 #
 # One image, three roles (pick with the container command):
-#   web        (default CMD)  uvicorn jobsite.asgi:application on 0.0.0.0:8000
+#   web        (default CMD)  python -m jobsite.serve_web: uvicorn with $JOBSITE_WEB_WORKERS processes on 0.0.0.0:8000
 #   scheduler                 python manage.py runscheduler   (run two: leader election keeps one active;
 #                                                             /healthz, /readyz, /metrics on port 9100)
 #   worker                    celery -A jobsite worker -B      (database clocks only; no cluster access)
@@ -58,6 +58,7 @@ RUN SECRET_KEY=collectstatic-build-only python manage.py collectstatic --noinput
 
 EXPOSE 8000
 
-# No per-message compression of WebSocket frames: the live pages send small fragments to many sockets, and
-# compressing each one per socket costs more CPU than the bytes are worth.
-CMD ["uvicorn", "jobsite.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--ws-per-message-deflate", "false"]
+# uvicorn serving jobsite.asgi:application with JOBSITE_WEB_WORKERS processes (default 1) and their /metrics added up
+# (jobsite/serve_web.py); no per-message compression of WebSocket frames: the live pages send the same small
+# fragments to many sockets, encoded once (jobs/live_list.py).
+CMD ["python", "-m", "jobsite.serve_web", "--host", "0.0.0.0", "--port", "8000"]

@@ -322,6 +322,9 @@ def main() -> None:
                         help="threads making the changes (jobs split between them)")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds to wait for the last frames")
     parser.add_argument("--server-log", default="", help="--load: write the server's log to this file")
+    parser.add_argument("--web-workers", type=int, default=1, help="--load: uvicorn worker processes")
+    parser.add_argument("--py-spy", default="", help="--load: py-spy executable: sample the web processes while "
+                        "the changes are made and print where their time goes")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--load-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients-of", nargs=4, help=argparse.SUPPRESS)
@@ -347,7 +350,8 @@ def main() -> None:
         clients = args.clients if "--clients" in sys.argv else 1000
         command = [sys.executable, __file__, "--load-child", "--clients", str(clients), "--rate", str(args.rate),
                    "--seconds", str(args.seconds), "--client-processes", str(args.client_processes),
-                   "--settle", str(args.settle), "--writers", str(args.writers), "--server-log", args.server_log]
+                   "--settle", str(args.settle), "--writers", str(args.writers), "--server-log", args.server_log,
+                   "--web-workers", str(args.web_workers), "--py-spy", args.py_spy]
         subprocess.run(command, env=env, cwd=ROOT, check=True)
         return
     if args.clients_of:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import collections
+import contextlib
 import json
 import os
 import re
 import resource
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,46 +45,49 @@ class LoadClients:
         self.failed = 0
         self.ready = 0
 
-    async def client(self, index: int, stopping: asyncio.Event) -> None:
-        import websockets
+    async def client(self, index: int) -> None:
+        """One socket: a minimal WebSocket client (the handshake, then frames parsed in place: a ping answered, a
+        text frame searched for sequence numbers), so that the clients, on the server's machine, take little of
+        its CPU (a browser's socket is native code on another machine)."""
+        from urllib.parse import urlsplit
 
-        seen = self.seen[index]
+        url = urlsplit(self.url)
+        loop = asyncio.get_running_loop()
+        protocol = None
         try:
-            async with websockets.connect(self.url, origin=self.origin, additional_headers={
-                    "Cookie": f"sessionid={self.cookie}"}, open_timeout=120, max_queue=None, max_size=None) as ws:
-                self.ready += 1
-                if self.ready + self.failed == self.count:
-                    print("connected", self.ready, flush=True)
-                stop = asyncio.ensure_future(stopping.wait())
-                while True:
-                    recv = asyncio.ensure_future(ws.recv(decode=False))
-                    done, _ = await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
-                    if stop in done:
-                        recv.cancel()
-                        return
-                    now = time.time()
-                    self.frames += 1
-                    for match in SEQ.finditer(recv.result()):
-                        seq = int(match.group(1))
-                        if seq < len(seen) and not seen[seq]:
-                            seen[seq] = now
+            _, protocol = await asyncio.wait_for(loop.create_connection(
+                lambda: _Socket(self, self.seen[index]), url.hostname, url.port), 120)
+            key = base64.b64encode(os.urandom(16)).decode()
+            protocol.transport.write(
+                f"GET {url.path}?{url.query} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                f"Origin: {self.origin}\r\nCookie: sessionid={self.cookie}\r\n\r\n".encode())
+            await asyncio.wait_for(protocol.upgraded, 120)
+            self.ready += 1
+            if self.ready + self.failed == self.count:
+                print("connected", self.ready, flush=True)
+            await protocol.closed
+        except asyncio.CancelledError:
+            if protocol is not None:
+                protocol.transport.close()
+            return
         except Exception:
             self.failed += 1
             if self.ready + self.failed == self.count:
                 print("connected", self.ready, flush=True)
 
     async def run(self) -> None:
-        stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         tasks = []
         for i in range(self.count):  # connect in small bursts, as browsers would
-            tasks.append(asyncio.ensure_future(self.client(i, stopping)))
+            tasks.append(asyncio.ensure_future(self.client(i)))
             if i % 20 == 19:
                 await asyncio.sleep(0.05)
         log_path = (await loop.run_in_executor(None, sys.stdin.readline)).strip()  # the parent's change log
         await asyncio.sleep(float((await loop.run_in_executor(None, sys.stdin.readline)).strip()))  # settle
-        stopping.set()
-        await asyncio.gather(*tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         changes = json.loads(Path(log_path).read_text())  # [[seq, job, t0], …] in seq order
         by_job: dict[int, list[tuple[int, float]]] = {}
         for seq, job, t0 in changes:
@@ -102,10 +109,100 @@ class LoadClients:
                           "frames": self.frames, "failed": self.failed, "ready": self.ready}), flush=True)
 
 
+class _Socket(asyncio.Protocol):
+    """The client end of one WebSocket (RFC 6455): upgrade, then unmasked server frames; pings are answered."""
+
+    def __init__(self, clients: LoadClients, seen: array):
+        self.clients, self.seen = clients, seen
+        loop = asyncio.get_running_loop()
+        self.upgraded, self.closed = loop.create_future(), loop.create_future()
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for future in (self.upgraded, self.closed):
+            if not future.done():
+                future.set_exception(ConnectionError("closed")) if future is self.upgraded else future.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer + data
+        if not self.upgraded.done():
+            head, found, buffer = buffer.partition(b"\r\n\r\n")
+            if not found:
+                self.buffer = head
+                return
+            if b" 101 " not in head.split(b"\r\n", 1)[0]:
+                self.upgraded.set_exception(ConnectionError(head.split(b"\r\n", 1)[0].decode()))
+                self.transport.close()
+                return
+            self.upgraded.set_result(None)
+        now, seen, at = time.time(), self.seen, 0
+        while len(buffer) - at >= 2:
+            opcode, size = buffer[at] & 0x0F, buffer[at + 1] & 0x7F
+            start = at + 2 + (2 if size == 126 else 8 if size == 127 else 0)
+            if size >= 126:
+                if len(buffer) < start:
+                    break
+                size = int.from_bytes(buffer[at + 2:start], "big")
+            if len(buffer) < start + size:
+                break
+            payload = buffer[start:start + size]
+            at = start + size
+            if opcode == 1:
+                self.clients.frames += 1
+                for match in SEQ.finditer(payload):
+                    seq = int(match.group(1))
+                    if seq < len(seen) and not seen[seq]:
+                        seen[seq] = now
+            elif opcode == 9:  # ping: pong, masked (a zero mask)
+                self.transport.write(bytes((0x8A, 0x80 | len(payload))) + bytes(4) + payload)
+            elif opcode == 8:
+                self.transport.close()
+        self.buffer = buffer[at:]
+
+
 def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of a process (and its waited-for children), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process and its descendants (live, or ended and waited for), from /proc."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            times[int(entry.name)] = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    tree, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(times.get(p, 0.0) for p in tree)
+
+
+def profile_summary(raw: Path, top: int = 30) -> list[str]:
+    """py-spy's raw samples (``frame;frame;… count``) as the functions with the most samples, inclusive and self."""
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = [re.sub(r" \((?:/[^)]*/)?([^/)]+)\)", r" (\1)", f) for f in stack.split(";")]
+        total += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+        own[frames[-1]] += int(count)
+    lines = [f"{total} samples; inclusive:"]
+    lines += [f"  {n / total * 100:5.1f} %  {frame}" for frame, n in inclusive.most_common(top)]
+    lines.append("self:")
+    lines += [f"  {n / total * 100:5.1f} %  {frame}" for frame, n in own.most_common(top)]
+    return lines
 
 
 def histogram_percentile(histogram: dict[int, int], q: float) -> float:
@@ -119,6 +216,16 @@ def histogram_percentile(histogram: dict[int, int], q: float) -> float:
     return float("nan")
 
 
+def create_database(db: dict) -> None:
+    """Create the benchmark's database when this PostgreSQL does not have it yet (a fresh machine)."""
+    import psycopg
+
+    server = dict(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], password=db["PASSWORD"])
+    with psycopg.connect(dbname="postgres", autocommit=True, **server) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone():
+            conn.execute(f'CREATE DATABASE "{db["NAME"]}"')
+
+
 def load(args: argparse.Namespace) -> None:
     """The child of --load: the world on PostgreSQL, uvicorn as a process, client processes, changes at a rate."""
     import django
@@ -127,13 +234,14 @@ def load(args: argparse.Namespace) -> None:
     from django.conf import settings
     from django.core.management import call_command
 
-    from jobs import live_publisher, services
+    from jobs import catchup, live_publisher, services
     from jobs.choices import Phase
     from jobs.models import Job
 
     if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") or "Redis" not in settings.CHANNEL_LAYERS[
             "default"]["BACKEND"]:
         raise SystemExit("--load runs on PostgreSQL and Redis: set DATABASE_URL and REDIS_URL")
+    create_database(settings.DATABASES["default"])
     call_command("migrate", verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
     user, jobs = setup_world()
@@ -142,10 +250,12 @@ def load(args: argparse.Namespace) -> None:
 
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     port = free_port()
+    # The production web command (jobsite/serve_web.py): uvicorn, --web-workers processes, no compression.
+    metrics_dir = tempfile.mkdtemp(prefix="jobsite-bench-metrics-")
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "jobsite.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--log-level", "warning", "--no-access-log", "--ws-per-message-deflate", "false"],
-        cwd=ROOT, env=dict(os.environ), stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "jobsite.serve_web", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", "--log-level", "warning"], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "JOBSITE_WEB_WORKERS": str(args.web_workers), "PROMETHEUS_MULTIPROC_DIR": metrics_dir})
     wait_port(port, 60)
     errors: list[str] = []
     server_log = open(args.server_log, "w") if args.server_log else None  # noqa: SIM115
@@ -162,16 +272,35 @@ def load(args: argparse.Namespace) -> None:
     per_process = [args.clients // args.client_processes + (1 if i < args.clients % args.client_processes else 0)
                    for i in range(args.client_processes)]
     base = f"http://127.0.0.1:{port}"
-    clients = [subprocess.Popen([sys.executable, str(Path(__file__).with_name("live_latency.py")), "--load-clients-of", f"ws://127.0.0.1:{port}/ws/jobs/",
+    # As the page connects: the rows it shows and when it was drawn (a reconnect catches up from the hub's ring,
+    # which reaches back to when the process began to listen: a few sockets opened first, so that every worker
+    # likely has one, kept open throughout).
+    from django.utils import timezone
+    from websockets.sync.client import connect
+
+    first = contextlib.ExitStack()
+    for _ in range(3 * args.web_workers):
+        first.enter_context(connect(f"ws://127.0.0.1:{port}/ws/jobs/", origin=base, additional_headers={
+            "Cookie": f"sessionid={cookie}"}, open_timeout=60, max_queue=None))
+    time.sleep(0.5 + catchup.MARGIN.total_seconds())  # a page drawn now is caught up from the ring
+
+    query = f"shown={','.join(str(job.pk) for job in jobs)}&since={timezone.now().isoformat()}".replace("+", "%2B")
+    clients = [subprocess.Popen([sys.executable, str(Path(__file__).with_name("live_latency.py")),
+                                 "--load-clients-of", f"ws://127.0.0.1:{port}/ws/jobs/?{query}",
                                  base, cookie, str(n), str(total)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
                for n in per_process if n]
     connected = sum(int(c.stdout.readline().split()[1]) for c in clients)
-    print(f"[load] uvicorn (1 process) on PostgreSQL + Redis, {len(jobs)} running jobs on the page, {connected} of "
+    print(f"[load] uvicorn ({args.web_workers} worker process(es)) on PostgreSQL + Redis, {len(jobs)} running "
+          f"jobs on the page, {connected} of "
           f"{args.clients} sockets connected ({len(clients)} client processes); {args.rate:g} changes/s for "
           f"{args.seconds:g} s = {total} changes", flush=True)
     load_before = os.getloadavg()[0]
     cpu_before = process_cpu(server.pid)
+    raw = Path(tempfile.mkstemp(suffix=".txt")[1])
+    spy = subprocess.Popen([args.py_spy, "record", "--pid", str(server.pid), "--subprocesses", "--format", "raw",
+                            "--rate", "200", "--nonblocking", "--output", str(raw)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.py_spy else None
     changes = []
     started = time.monotonic() + 0.5
 
@@ -216,7 +345,16 @@ def load(args: argparse.Namespace) -> None:
         frames += result["frames"]
         failed += result["failed"]
     os.unlink(f.name)
+    first.close()
     web_cpu = process_cpu(server.pid) - cpu_before
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+        for line in profile_summary(raw):
+            print(f"[load] py-spy {line}", flush=True)
+        print(f"[load] py-spy's samples: {raw}", flush=True)
+    else:
+        raw.unlink()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the client processes, waited for above
     clients_cpu = usage.ru_utime + usage.ru_stime
     usage = resource.getrusage(resource.RUSAGE_SELF)  # the writers: transitions, and the publisher's renders
@@ -247,3 +385,4 @@ def load(args: argparse.Namespace) -> None:
         server.wait(20)
     except subprocess.TimeoutExpired:
         server.kill()
+    shutil.rmtree(metrics_dir, ignore_errors=True)

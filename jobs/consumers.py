@@ -1,9 +1,10 @@
-"""WebSocket consumers: the live job list, a group's queue, utilisation (HTML for htmx's ws extension) and the log
-viewer's stream; one job's detail page is ``jobs.live_detail``.
+"""WebSocket consumers: a group's queue, utilisation (HTML for htmx's ws extension) and the log viewer's stream;
+the job list is ``jobs.live_list`` (frames shared by alike pages), one job's detail page ``jobs.live_detail``.
 
 Authentication happens at the edge (``jobsite.asgi``: allowed hosts/origin, session); every consumer closes
 anonymous connections and checks permission before it listens. Memberships are checked again every
-``RECHECK_SECONDS``, so someone removed from a group stops hearing about it.
+``RECHECK_SECONDS``, so someone removed from a group stops hearing about it (the sockets of a process recheck
+together, at the same ticks of the clock, and alike checks under way are made once: ``Hub.read_once``).
 
 Sockets are not members of channel-layer groups: they listen at their process's hub (``jobs.live_hub.Hub``), which
 hears each change once and hands every socket the rows of its groups, at most every ``live_hub.FLUSH_SECONDS``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.http import QueryDict
-from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 
-from . import catchup, live_hub, live_publisher, logs, selectors
+from . import live_hub, live_publisher, logs, selectors
 from .choices import TERMINAL_PHASES
 from .models import Attempt, Job, Membership
 
@@ -44,15 +44,20 @@ REFRESH_SECONDS = 0.5
 LIST_PAGE_KEYS = ("page", "since", "shown")
 
 
-def channel_groups_of(user_id: int) -> set[str] | None:
+def channel_groups_of(user_id: int) -> frozenset[str] | None:
     """The channel groups a user may listen to, or None if the user is gone or inactive."""
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
     if user is None:
         return None
     if user.is_superuser:
-        return {live_publisher.GROUP_ALL}
+        return frozenset({live_publisher.GROUP_ALL})
     group_ids = Membership.objects.filter(user=user).values_list("group_id", flat=True)
-    return {live_publisher.group_channel(gid) for gid in group_ids}
+    return frozenset(live_publisher.group_channel(gid) for gid in group_ids)
+
+
+async def user_channel_groups(user_id: int) -> frozenset[str] | None:
+    """``channel_groups_of`` for a socket: read once for the sockets of the user that ask at the same time."""
+    return await live_hub.hub().read_once(channel_groups_of, user_id)
 
 
 def with_oob(html: str, swap: str = "true") -> str:
@@ -99,7 +104,7 @@ class _AuthenticatedConsumer(AsyncJsonWebsocketConsumer):
 
     async def _recheck(self) -> None:
         while True:
-            await asyncio.sleep(RECHECK_SECONDS)
+            await asyncio.sleep(RECHECK_SECONDS - time.time() % RECHECK_SECONDS)  # with the process's other sockets
             try:
                 wanted = await self.channel_groups()
             except Exception:
@@ -199,106 +204,6 @@ class _CoalescingConsumer(_AuthenticatedConsumer):
         await super().disconnect(code)
 
 
-class JobsConsumer(_CoalescingConsumer):
-    """``ws/jobs/?<the list page's query string>&shown=<ids>&since=<when the page was drawn>``: the job list.
-
-    Rows of the page change in place; a job that no longer matches the filters (e.g. ``phase=RUNNING`` after it
-    ended) is removed; a job that comes to match on the first page is inserted where the order (newest first) puts
-    it; elsewhere a "N new jobs — show" notice counts them. On (re)connect, and when the channel layer is back
-    after an outage (``jobs.catchup``), rows that changed since the page was drawn (or the layer went) are sent."""
-
-    async def connect(self) -> None:
-        query = QueryDict(self.scope.get("query_string", b"").decode("latin-1"), mutable=True)
-        page = query.get("page", "")
-        self.page = int(page) if page.isdigit() and int(page) > 0 else 1
-        shown = query.get("shown")
-        self.client_shown = None if shown is None else {int(i) for i in shown.split(",") if i.isdigit()}
-        self.since = parse_datetime(query.get("since", "")) if query.get("since") else None
-        for key in LIST_PAGE_KEYS:
-            query.pop(key, None)
-        self.params = query.urlencode()
-        self.filtered = any(v for v in query.values())
-        self.first_page_url = "/" + (f"?{self.params}" if self.params else "")
-        self.shown: set[int] = set()
-        self.new_count = 0
-        await super().connect()
-
-    async def catch_up(self, since: datetime | None = None) -> list[str]:
-        """What changed since the page was drawn (on connect) or since ``since`` (the layer was away): from the
-        changes the process heard (``Hub.recent``) if they reach back that far, else the page's rows again if any
-        changed (``catchup.list_page``: one narrow query unless they did)."""
-        from .views import PAGE_SIZE
-
-        self.page_size = PAGE_SIZE
-        if since is not None and self.client_shown is not None:  # the page shows what this socket sent it
-            self.client_shown, self.since = set(self.shown), since
-        # What this process heard since the page was drawn, if it heard all of it (unfiltered pages).
-        heard = None if self.filtered or self.client_shown is None or self.since is None else self.hub.recent(
-            self.joined, (self.since - catchup.MARGIN).timestamp())
-        if heard is not None:
-            self.shown = set(self.client_shown)
-            return self.list_update(heard, None)
-        self.shown, html = await database_sync_to_async(catchup.list_page)(
-            self.user_id, self.params, self.page, self.client_shown, self.since)
-        return [html]
-
-    async def channel_groups(self) -> set[str] | None:
-        return await database_sync_to_async(channel_groups_of)(self.user_id)
-
-    def _notice(self) -> str:
-        noun = "job" if self.new_count == 1 else "jobs"
-        return (f'<p id="new-jobs" class="new-jobs" role="status" hx-swap-oob="true">'
-                f'<a href="{escape(self.first_page_url)}">{self.new_count} new {noun} — show</a></p>')
-
-    async def frame(self, items: dict[int, dict[str, Any]]) -> list[str]:
-        matched = await self.hub.matching(self.params, frozenset(items)) if self.filtered else None
-        return self.list_update(items, matched)
-
-    def list_update(self, items: dict[int, dict[str, Any]], matched: set[int] | None) -> list[str]:
-        """The swaps that bring this page up to date with ``items``, made once per flush for pages alike."""
-        memo = self.hub.frames
-        key = (self.params, self.page, getattr(self, "page_size", 50), frozenset(self.shown), self.new_count,
-               tuple((job_id, items[job_id]["row"]) for job_id in sorted(items)),
-               None if matched is None else frozenset(matched))
-        if key not in memo:
-            memo[key] = (self._list_update(items, matched), frozenset(self.shown), self.new_count)
-        frames, self.shown, self.new_count = memo[key][0], set(memo[key][1]), memo[key][2]
-        return frames
-
-    def _list_update(self, items: dict[int, dict[str, Any]], matched: set[int] | None) -> list[str]:
-        """Pure string work, no rendering. Frames: rows replaced or deleted, rows inserted, the notice."""
-        pieces: list[str] = []
-        inserts: list[str] = []
-        size = getattr(self, "page_size", 50)
-        notice = self.new_count
-        for job_id in sorted(items):
-            item = items[job_id]
-            matches = matched is None or job_id in matched
-            if job_id in self.shown:
-                if matches:
-                    pieces.append(with_oob(item["row"]))
-                else:
-                    self.shown.discard(job_id)
-                    pieces.append(f'<tr id="job-{job_id}" hx-swap-oob="delete"></tr>')
-                continue
-            if not matches:
-                continue
-            if self.page != 1 and job_id > max(self.shown, default=0):
-                self.new_count += 1
-                continue
-            if self.shown and job_id < min(self.shown) and len(self.shown) >= size:
-                continue  # its place is on a later page
-            above = [i for i in self.shown if i > job_id]
-            where = f"afterend:#job-{min(above)}" if above else "afterbegin:#job-rows"
-            inserts.append(f'<tbody hx-swap-oob="{where}">{item["row"]}</tbody>')
-            self.shown.add(job_id)
-            if len(self.shown) > size:
-                last = min(self.shown)
-                self.shown.discard(last)
-                pieces.append(f'<tr id="job-{last}" hx-swap-oob="delete"></tr>')
-        return ["".join(pieces), "".join(inserts), self._notice() if self.new_count != notice else ""]
-
-
 class QueueConsumer(_AuthenticatedConsumer):
     """``ws/groups/<name>/queue/``: a change of a job of the group asks the page to refetch its block (quota bars,
     usage and the waiting jobs are drawn together by ``jobs/_queue_live.html``), at most every REFRESH_SECONDS."""
@@ -357,7 +262,7 @@ class UtilisationConsumer(QueueConsumer):
         await _AuthenticatedConsumer.connect(self)
 
     async def channel_groups(self) -> set[str] | None:
-        groups = await database_sync_to_async(channel_groups_of)(self.user_id)
+        groups = await user_channel_groups(self.user_id)
         return None if groups is None else {live_publisher.UTILISATION}
 
     def refresh_url(self) -> str:

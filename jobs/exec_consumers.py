@@ -8,7 +8,8 @@ an empty one closes stdin), 1 stdout, 2 stderr, 3 status (server to client, last
 The user comes from the session (the browser) or ``Authorization: Token <key>`` (jobctl). Refusals are a status
 frame then a close with 4000 + the HTTP status: 4404 for a job the user may not see, 4409 for one not Running, 4400.
 The session ends when the command exits, the client goes, the job stops Running, or after
-JOBSITE_EXEC_IDLE_SECONDS with no byte either way; it leaves one event on the job's trail.
+JOBSITE_EXEC_IDLE_SECONDS with no byte either way; it leaves one event on the job's trail. A local replica is entered
+through its supervisor's socket (``exec_door``), a Kubernetes pod through the gateway (``gateway_door``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 
-from . import exec_door
+from . import exec_door, gateway_door
 from .services import sessions
 
 STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
@@ -50,7 +51,7 @@ def token_user(scope) -> object:
 
 class ExecConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
-        self.door: exec_door.Door | None = None
+        self.door: exec_door.Door | gateway_door.RemoteExec | None = None
         self.tasks: list[asyncio.Task] = []
         self.out: asyncio.Queue = asyncio.Queue()
         self.last = time.monotonic()
@@ -72,18 +73,19 @@ class ExecConsumer(AsyncWebsocketConsumer):
             return await self._refuse(400, "BadRequest", "rank must be a number.")
         except sessions.SessionRefused as refused:
             return await self._refuse(refused.status, refused.reason, refused.message)
-        path = exec_door.socket_path(root=self.target.backend_root, job_id=self.target.job.pk,
-                                     attempt_number=self.target.attempt.number, rank=rank)
         rows, cols = (int(query.get(k, [d])[-1] or d) for k, d in (("rows", "24"), ("cols", "80")))
         try:
-            self.door = await sync_to_async(exec_door.open_door, thread_sensitive=False)(
-                path, command=self.command, tty=self.tty, rows=rows, cols=cols)
+            self.door = await self._open(rows, cols)
         except exec_door.DoorClosed as exc:
             return await self._refuse(409, "not_running", str(exc))
         self.started = time.monotonic()
         self.ended = "closed"
         self.exit: int | None = None
         sessions.session_opened()
+        if isinstance(self.door, gateway_door.RemoteExec):  # a pod, through the gateway: frames, not descriptors
+            self.tasks = [asyncio.create_task(self._send_out()), asyncio.create_task(self._from_gateway()),
+                          asyncio.create_task(self._watch())]
+            return
         loop = asyncio.get_running_loop()
         outputs = self.door.fds[:1] if self.door.tty else self.door.fds[1:]
         for channel, fd in zip((STDOUT, STDERR), outputs, strict=False):
@@ -91,6 +93,15 @@ class ExecConsumer(AsyncWebsocketConsumer):
             loop.add_reader(fd, self._readable, fd, channel)
         self.tasks = [asyncio.create_task(self._send_out()), asyncio.create_task(self._wait_exit()),
                       asyncio.create_task(self._watch())]
+
+    async def _open(self, rows: int, cols: int):
+        """The door into the replica: a Kubernetes pod's through the gateway, else the local supervisor's socket."""
+        if gateway_door.applies(self.target):
+            return await gateway_door.open_exec(self.target, command=self.command, tty=self.tty, rows=rows, cols=cols)
+        path = exec_door.socket_path(root=self.target.backend_root, job_id=self.target.job.pk,
+                                     attempt_number=self.target.attempt.number, rank=self.target.rank)
+        return await sync_to_async(exec_door.open_door, thread_sensitive=False)(
+            path, command=self.command, tty=self.tty, rows=rows, cols=cols)
 
     async def _refuse(self, status: int, reason: str, message: str) -> None:
         await self.send(bytes_data=bytes([STATUS]) + json.dumps(
@@ -145,6 +156,20 @@ class ExecConsumer(AsyncWebsocketConsumer):
         self.exit = exec_door.exit_code(data)
         await self._finish("exited" if self.exit is not None else "ended")
 
+    async def _from_gateway(self) -> None:
+        """The pod's output as the gateway relays it, until its status frame (the exit code) or its close."""
+        status = b""
+        while (message := await self.door.read()) is not None:
+            channel, data = message
+            if channel == STATUS:
+                status = data
+                break
+            if channel in (STDOUT, STDERR) and data:
+                self.last = time.monotonic()
+                self.out.put_nowait(bytes([channel]) + data)
+        self.exit = gateway_door.exit_code(status)
+        await self._finish("exited" if self.exit is not None else "ended")
+
     async def _watch(self) -> None:
         """The job still Running, and bytes still flowing."""
         idle, check = settings.JOBSITE_EXEC_IDLE_SECONDS, settings.JOBSITE_EXEC_CHECK_SECONDS
@@ -160,7 +185,7 @@ class ExecConsumer(AsyncWebsocketConsumer):
             return
         self.finished, self.ended = True, ended
         current = asyncio.current_task()
-        if self.exit is not None:
+        if self.exit is not None and isinstance(self.door, exec_door.Door):
             self._drain()
         status = {"status": "Success"} if self.exit == 0 else {
             "status": "Failure", "reason": "NonZeroExitCode" if self.exit is not None else ended,
@@ -183,7 +208,7 @@ class ExecConsumer(AsyncWebsocketConsumer):
         if door is None:
             return
         loop = asyncio.get_running_loop()
-        for fd in door.fds:
+        for fd in getattr(door, "fds", ()):
             loop.remove_reader(fd)
         door.close()  # the supervisor kills a command still running
         await database_sync_to_async(sessions.session_record)(
@@ -197,6 +222,10 @@ class ExecConsumer(AsyncWebsocketConsumer):
             return
         self.last = time.monotonic()
         channel, data = bytes_data[0], bytes_data[1:]
+        if isinstance(self.door, gateway_door.RemoteExec):
+            if channel in (STDIN, RESIZE):
+                await self.door.send(channel, data)
+            return
         stdin = self.door.fds[0]
         if channel == STDIN and not data and not self.door.tty:
             with contextlib.suppress(OSError):

@@ -7,10 +7,14 @@ viewer for each replica log the page does not have yet (empty: it follows its lo
 ``ws/jobs/<id>/logs/``). The page says what it has in the socket's query string (``static/js/pages.js``):
 ``after=<the last event id shown>&logs=<attempt-rank,...>``, so a page drawn before an attempt existed gets its
 viewers even when the attempt started before the socket opened.
+
+The GPU card is drawn with the rest, and alone when the scheduler has stored a sampling round of the job's GPUs
+(``jobs.services.telemetry.gpus_changed_publish`` → the hub → ``hub_gpus``): at most once a round.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
@@ -23,10 +27,18 @@ from django.template.loader import render_to_string
 
 from . import selectors
 from .consumers import _CoalescingConsumer, _OneJobMixin, with_oob
-from .models import JobEvent
+from .models import Job, JobEvent
 
 LIVE_PARTS = ("jobs/_detail_head.html", "jobs/_detail_status.html", "jobs/_detail_attempts.html")
 MAX_EVENTS_PER_FRAME = 500
+GPUS = -1  # the key under which "the GPU readings changed" waits for the next frame (no job has it)
+
+
+def gpu_card(job: Job) -> str:
+    """The GPU card (``jobs/_detail_gpus.html``: server-drawn SVG charts) as an out-of-band swap; empty for a job
+    without GPUs."""
+    html = render_to_string("jobs/_detail_gpus.html", {"job": job}).strip()
+    return with_oob(html) if html else ""
 
 
 def shown_logs(value: str | None) -> set[str] | None:
@@ -64,19 +76,43 @@ class JobDetailConsumer(_OneJobMixin, _CoalescingConsumer):
         return await database_sync_to_async(self.draw)()
 
     async def frame(self, items: dict[int, dict[str, Any]]) -> list[str]:
+        if items.keys() == {GPUS}:  # only new GPU readings: the GPU card alone
+            return await database_sync_to_async(self.draw_gpus)()
         return await database_sync_to_async(self.draw)()
+
+    def hub_gpus(self) -> None:
+        """The hub heard that the job's GPU readings changed (a sampling round): the card is drawn again with the
+        next frame, once however many rounds came meanwhile."""
+        self.hub_push({GPUS: {"id": GPUS, "at": time.time()}})
+
+    def draw_gpus(self) -> list[str]:
+        _, job = self._job()
+        return [self.new_gpu_card(job)] if job is not None else []
+
+    def new_gpu_card(self, job: Job) -> str:
+        """The GPU card, unless it is the one this socket sent last (a change of the job's status leaves it be)."""
+        html = gpu_card(job)
+        if html == getattr(self, "gpu_html", None):
+            return ""
+        self.gpu_html = html
+        return html
+
+    def _job(self) -> tuple[Any, Job | None]:
+        """The socket's user and the job, if that user may still see it."""
+        user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
+        return user, user and selectors.jobs_visible_to(user).filter(pk=self.job_id).first()
 
     def draw(self) -> list[str]:
         """The frames that bring the page up to date: its live parts, the viewers and failure marks it lacks, the
         events after the last one it has."""
         from .views import detail_context
 
-        user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
-        job = user and selectors.jobs_visible_to(user).filter(pk=self.job_id).first()
+        user, job = self._job()
         if job is None:
             return []
         context = {**detail_context(user, job, read_logs=False), "csrf_token": csrf_token_of(self.scope)}
         pieces = [with_oob(render_to_string(template, context)) for template in LIVE_PARTS]
+        pieces.append(self.new_gpu_card(job))
         replicas = {f"{r.attempt}-{r.rank}": r for _, rs in context["logs"] for r in rs}  # newest attempt first
         if self.viewers is None:
             self.viewers = set(replicas)

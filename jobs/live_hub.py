@@ -19,7 +19,7 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from . import catchup, channel_auth
-from .live_publisher import GROUP_ALL
+from .live_publisher import GPUS_CHANGED, GROUP_ALL
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,16 @@ class Hub:
         self.loop = asyncio.get_running_loop()
         self.channel: str | None = None
         self.listeners: dict[str, set[Any]] = {}  # group → sockets of this process
+        self.pushed: dict[str, set[Any]] = {}  # group → the sockets of it handed their items (``hub_push``)
+        self.quieted: set[Any] = set()  # sockets on a shared page (``jobs.live_list``), handed nothing themselves
+        self.pages: dict[Any, Any] = {}  # state → ``live_list.ListPage``
         self.joined: dict[str, int] = {}  # layer group → how many of the listened groups need it
         self.pending: dict[str, dict[int, dict[str, Any]]] = {}
         self.flush_handle: asyncio.TimerHandle | None = None
         self.tasks: list[asyncio.Task] = []
         self.lock = asyncio.Lock()
         self.matches: dict[tuple[str, frozenset[int]], asyncio.Future] = {}
+        self.reads: dict[tuple[Any, ...], asyncio.Future] = {}  # reads under way (``read_once``)
         # Frames made in this flush, by everything they depend on: sockets whose pages are alike share them.
         self.frames: dict[tuple[Any, ...], Any] = {}
         self.ring: deque[tuple[str, dict[str, Any]]] = deque(maxlen=RING_SIZE)  # (layer group, item), oldest first
@@ -73,10 +77,26 @@ class Hub:
                 if not members:
                     await self._layer_join(_layer_group(name))
                 members.add(consumer)
+                if consumer not in self.quieted:
+                    self.pushed.setdefault(name, set()).add(consumer)
             await self._drop(consumer, keep=groups)
+
+    def quiet(self, consumer: Any, quiet: bool) -> None:
+        """Whether ``consumer`` is handed nothing itself (its shared page sends it its frames) or its items."""
+        if quiet:
+            self.quieted.add(consumer)
+        else:
+            self.quieted.discard(consumer)
+        for name, members in self.listeners.items():
+            if consumer in members:
+                if quiet:
+                    self.pushed.get(name, set()).discard(consumer)
+                else:
+                    self.pushed.setdefault(name, set()).add(consumer)
 
     async def leave(self, consumer: Any) -> None:
         async with self.lock:
+            self.quieted.discard(consumer)
             await self._drop(consumer, keep=set())
             if not self.listeners and self.channel is not None:
                 for task in self.tasks:
@@ -98,9 +118,11 @@ class Hub:
     async def _drop(self, consumer: Any, keep: set[str]) -> None:
         for name in [n for n, members in self.listeners.items() if consumer in members and n not in keep]:
             self.listeners[name].discard(consumer)
+            self.pushed.get(name, set()).discard(consumer)
             if self.listeners[name]:
                 continue
             del self.listeners[name]
+            self.pushed.pop(name, None)
             layer_group = _layer_group(name)
             self.joined[layer_group] -= 1
             if self.joined[layer_group]:
@@ -131,6 +153,9 @@ class Hub:
             if self.watch.pong(message):
                 continue
             group = message.get("group")
+            if message.get("type") == GPUS_CHANGED and group in self.joined:
+                self._gpus_changed(message.get("items", ()))
+                continue
             if message.get("type") != "jobs.changed" or group not in self.joined:
                 continue
             bucket = self.pending.setdefault(group, {})
@@ -142,13 +167,21 @@ class Hub:
             if self.flush_handle is None:
                 self.flush_handle = self.loop.call_later(FLUSH_SECONDS, self._flush)
 
+    def _gpus_changed(self, items: Iterable[dict[str, Any]]) -> None:
+        """New GPU readings of these jobs (``live_publisher.publish_gpu_changes``): their detail sockets redraw
+        their GPU card (``hub_gpus``). Once a sampling round, so not held for a flush."""
+        for item in items:
+            for consumer in list(self.listeners.get(job_channel(item["id"]), ())):
+                if hasattr(consumer, "hub_gpus"):
+                    consumer.hub_gpus()
+
     def _flush(self) -> None:
         self.flush_handle = None
         pending, self.pending = self.pending, {}
         self.matches = {}
         self.frames = {}
         parts: dict[Any, list[dict[int, dict[str, Any]]]] = {}
-        for name, members in self.listeners.items():
+        for name, members in self.pushed.items():
             if name.startswith(JOB_PREFIX):
                 job_id = int(name[len(JOB_PREFIX):])
                 item = pending.get(GROUP_ALL, {}).get(job_id)
@@ -160,11 +193,15 @@ class Hub:
             for consumer in members:
                 parts.setdefault(consumer, []).append(items)
         for consumer, found in parts.items():
-            items = found[0] if len(found) == 1 else _newest(found)
+            items = found[0] if len(found) == 1 else newest_items(found)
             try:
                 consumer.hub_push(items)
             except Exception:
                 log.exception("live updates: a socket failed to take its update")
+        if self.pages:
+            from .live_list import flush_pages
+
+            flush_pages(self, pending)
 
     def recent(self, groups: set[str], since: float) -> dict[int, dict[str, Any]] | None:
         """The newest item per job of ``groups`` heard at or after ``since`` (a timestamp), or None if the ring may
@@ -192,11 +229,42 @@ class Hub:
         return await asyncio.shield(future)
 
 
+    async def read_once(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in the database thread, read once for the sockets that ask for it while it is under way
+        (a thousand alike pages catching up after an outage: one query). ``args`` hashable. The first asker reads
+        at once (no hop through another task: its read is queued before what its caller does next)."""
+        from channels.db import database_sync_to_async
+
+        key = (fn, *args)
+        while (future := self.reads.get(key)) is not None:
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if not future.cancelled():
+                    raise  # this asker was cancelled
+                # the reader was: read here
+        future = self.reads[key] = self.loop.create_future()
+        try:
+            result = await database_sync_to_async(fn)(*args)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: the others raise it, none may be waiting
+            raise
+        finally:
+            if self.reads.get(key) is future:
+                del self.reads[key]
+        future.set_result(result)
+        return result
+
+
 def _layer_group(name: str) -> str:
     return GROUP_ALL if name.startswith(JOB_PREFIX) else name
 
 
-def _newest(found: list[dict[int, dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+def newest_items(found: list[dict[int, dict[str, Any]]]) -> dict[int, dict[str, Any]]:
     items: dict[int, dict[str, Any]] = {}
     for bucket in found:
         for job_id, item in bucket.items():

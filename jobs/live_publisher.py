@@ -43,6 +43,10 @@ def group_channel(group_id: int) -> str:
 # --- rendering: once per change, the row the list page draws -------------------------------------------------
 
 
+# The job's columns the list row does not show (large JSON and text); reading one would cost a query per row.
+ROW_UNUSED_FIELDS = ("command", "env", "array_params", "ports")
+
+
 def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
     """One item per job: its list row rendered from ``jobs/_job_row.html`` (the template of the first load), its
     group and when it was rendered (the newest rendering of a job wins wherever two meet). One query."""
@@ -55,7 +59,8 @@ def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
     if not ids:
         return []
     template = get_template("jobs/_job_row.html")
-    jobs = Job.objects.filter(pk__in=ids).select_related("group", "user", "instance_type").order_by("id")
+    jobs = (Job.objects.filter(pk__in=ids).select_related("group", "user", "instance_type").order_by("id")
+            .defer(*ROW_UNUSED_FIELDS))  # the row never shows them: not read, not decoded
     jobs = selectors.with_queue_positions(jobs)  # derived where read, as the page does
     at = time.time()
     items = [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
@@ -109,6 +114,28 @@ def publish_job_changes(job_ids: Iterable[int]) -> None:
         _publisher().submit(layer, job_ids)
     except Exception:  # a broken channel layer must never fail a transition, a request or a scheduling pass
         log.exception("could not publish the change of jobs %s", job_ids)
+
+
+GPUS_CHANGED = "jobs.gpus"
+
+
+def publish_gpu_changes(job_ids: Iterable[int]) -> None:
+    """Tell the detail pages of these jobs that new GPU readings were stored: one small message (ids, no rows) to
+    ``jobs.all`` for the sampling round; each page draws its chart itself (``jobs.live_detail``). Never raises."""
+    try:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        at = time.time()
+        sends = [(GROUP_ALL, channel_auth.sign({"type": GPUS_CHANGED, "group": GROUP_ALL,
+                                                "items": [{"id": int(i), "at": at} for i in job_ids]}))]
+        if isinstance(layer, InMemoryChannelLayer):
+            _dispatch(sends)
+            return
+        future = asyncio.run_coroutine_threadsafe(_send_all(layer, sends), _publisher().loop)
+        future.add_done_callback(_log_failure)
+    except Exception:  # as publish_job_changes: never into the caller
+        log.exception("could not publish the GPU readings of jobs %s", job_ids)
 
 
 # --- delivery -------------------------------------------------------------------------------------------------

@@ -5,15 +5,23 @@ in the default REGISTRY, so a scheduler process serving that registry does not r
 ``Authorization: Bearer <JOBSITE_METRICS_TOKEN>`` or a staff session, except in the embedded default with no token
 or when JOBSITE_METRICS_PUBLIC opens it (``jobsite.security.metrics_refusal``).
 
+With several web processes (``jobsite.serve_web``: ``PROMETHEUS_MULTIPROC_DIR`` set) a scrape reaches one of them, so
+it reports what all of them counted: prometheus_client's ``MultiProcessCollector`` adds up the files every process
+writes there (counters and histograms summed, gauges as their ``multiprocess_mode`` says), instead of this
+process's REGISTRY; gauges of processes that are gone are forgotten first (``forget_dead_processes``).
+
 This module must not import the scheduler: the web app's metrics of the scheduler come only through the REGISTRY.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from django.db import DatabaseError
 from django.db.models import Count, Min
@@ -21,7 +29,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
@@ -124,6 +132,29 @@ class _Scrape:
             yield from collector.collect()
 
 
+def forget_dead_processes(path: str) -> None:
+    """Drop the live gauges (``livesum``, ``liveall``, …) of processes that have ended (a worker restarted)."""
+    pids = {int(m.group(1)) for f in Path(path).glob("gauge_live*_*.db") if (m := re.search(r"_(\d+)\.db$", f.name))}
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid, path)
+        except PermissionError:
+            pass  # alive, someone else's
+
+
+def process_metrics() -> object:
+    """What the processes of the web server counted: this one's REGISTRY, or all of them in multiprocess mode."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
+        return REGISTRY
+    forget_dead_processes(path)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=path)
+    return registry
+
+
 def _forbidden(request: HttpRequest) -> HttpResponse | None:
     """None when the request may scrape; else the 401 or 403 to answer (``jobsite.security.metrics_refusal``)."""
     user = getattr(request, "user", None)
@@ -146,4 +177,4 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if denied is not None:
         return denied
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    return HttpResponse(encoder(_Scrape(REGISTRY, DatabaseCollector())), content_type=content_type)
+    return HttpResponse(encoder(_Scrape(process_metrics(), DatabaseCollector())), content_type=content_type)

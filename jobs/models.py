@@ -303,22 +303,25 @@ class JobEvent(models.Model):
 
 
 class GpuSeries(models.Model):
-    """One GPU's telemetry for an attempt at one resolution (10 s, 60 s or 600 s points), as a bounded list of
-    points [epoch seconds, SM %, memory used bytes, memory total bytes, power W, temperature C]."""
+    """One GPU's telemetry for an attempt at one resolution (10 s, 60 s or 600 s points) over one stretch of time
+    from ``start`` (1 min, 10 min or 6 h: ``jobs.services.telemetry.LEVELS``), as a short list of points
+    [epoch seconds, SM %, memory used bytes, memory total bytes, power W, temperature C]."""
 
     attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="gpu_series")
     rank = models.PositiveSmallIntegerField(default=0)
     node = models.CharField(max_length=200, blank=True)
     gpu = models.CharField(max_length=64, help_text="The GPU as its node names it: index or UUID.")
     resolution = models.PositiveIntegerField(help_text="Seconds per point.")
+    start = models.BigIntegerField(default=0, help_text="Epoch seconds where the row's stretch of time begins.")
     points = models.JSONField(default=list)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["attempt", "rank", "gpu", "resolution"]
+        ordering = ["attempt", "rank", "gpu", "resolution", "start"]
         constraints = [
-            models.UniqueConstraint(fields=["attempt", "rank", "gpu", "resolution"], name="gpu_series_unique"),
+            models.UniqueConstraint(fields=["attempt", "rank", "gpu", "resolution", "start"], name="gpu_series_unique"),
         ]
+        indexes = [models.Index(fields=["resolution", "start"], name="gpu_series_age")]  # the rows to fold
 
     def __str__(self) -> str:
         return f"{self.attempt} rank {self.rank} gpu {self.gpu} @{self.resolution}s"

@@ -1,11 +1,13 @@
-"""``/jobs/<id>/ports/<port>/...``: HTTP and WebSocket traffic to a port a running job declares (``Job.ports``), on
-replica 0 (or ``?rank=N``), through its supervisor (the job's network is closed to the machine: ``exec_door``).
+"""``/jobs/<id>/ports/<port>/...`` on the port's own host (``j<id>-p<port>.<JOBSITE_PORTS_DOMAIN>``,
+``jobs.port_origin``): HTTP and WebSocket traffic to a port a running job declares (``Job.ports``), on replica 0 (or
+``?rank=N``), through its supervisor (the job's network is closed to the machine: ``exec_door``).
 
-The site's session authenticates it; those who may not see the job get 404, an anonymous browser the login page.
-The app in the job sees the whole path, prefix included (``JOB_BASE_URL``: serve under it, as Jupyter's
-``--ServerApp.base_url`` does), and none of the site's cookies nor its Authorization header.
+``PortHost`` serves that path only, for that host's job and port (anything else there is 404: the site is not served
+on a port's host), to the holder of the host's own cookie (``port_origin``), who must still see the job, Running, at
+each request and WebSocket. The app in the job sees the whole path, prefix included (``JOB_BASE_URL``: serve under it,
+as Jupyter's ``--ServerApp.base_url`` does), and none of the site's cookies, the port's cookie, nor an Authorization
+header.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +21,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from . import exec_door
+from . import exec_door, port_origin
 from .services import sessions
 
 PATH = re.compile(r"^/jobs/(?P<pk>\d+)/ports/(?P<port>\d+)(?P<rest>/.*)?$")
@@ -27,23 +29,19 @@ HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-enco
               b"upgrade", b"host", b"authorization", b"proxy-authorization"}
 
 
-def matches(path: str) -> bool:
-    return PATH.match(path) is not None
-
-
 def _site_cookies() -> set[str]:
-    return {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    return {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, port_origin.PORT_COOKIE}
 
 
 def _cookie_header(value: bytes) -> bytes:
-    """The Cookie header without the site's own cookies (the job never sees the user's session)."""
+    """The Cookie header without the site's own cookies nor the port's (the job never sees the user's logins)."""
     own = _site_cookies()
     kept = [c for c in value.decode("latin-1").split(";") if c.strip().split("=", 1)[0] not in own]
     return ";".join(kept).strip().encode("latin-1")
 
 
 def _names_site_cookie(set_cookie: bytes) -> bool:
-    """Whether a Set-Cookie of the job's app would set one of the site's own cookies (dropped: no fixation)."""
+    """Whether a Set-Cookie of the job's app would set one of the site's or the port's cookies (dropped)."""
     return set_cookie.decode("latin-1").split("=", 1)[0].strip() in _site_cookies()
 
 
@@ -70,6 +68,10 @@ async def _open(scope, pk: int, port: int):
     """(target, connected socket) of the port, or SessionRefused / DoorClosed."""
     target = await database_sync_to_async(sessions.port_target)(user=scope["user"], job_id=pk, port=port,
                                                                 rank=_rank(scope))
+    from . import gateway_door
+
+    if gateway_door.applies(target):  # a Kubernetes pod: through the gateway, which port-forwards to it
+        return target, await sync_to_async(gateway_door.connect_port, thread_sensitive=False)(target, port)
     path = exec_door.socket_path(root=target.backend_root, job_id=pk, attempt_number=target.attempt.number,
                                  rank=target.rank)
     sock = await sync_to_async(exec_door.connect_port, thread_sensitive=False)(path, port)
@@ -77,14 +79,14 @@ async def _open(scope, pk: int, port: int):
 
 
 class PortProxy:
-    """The HTTP side (an ASGI app, behind the session's middleware in ``jobsite.asgi``)."""
+    """The HTTP side (an ASGI app, behind ``PortHost``, which puts the port cookie's user in the scope)."""
 
     async def __call__(self, scope, receive, send) -> None:
         match = PATH.match(scope["path"])
         pk, port = int(match["pk"]), int(match["port"])
         user = scope.get("user")
-        if user is None or not await database_sync_to_async(lambda: user.is_authenticated)():
-            return await _reply(send, 302, b"", [(b"location", f"/login/?next={quote(scope['path'])}".encode())])
+        if user is None or not user.is_authenticated:
+            return await _reply(send, 403, b"Not signed in to this port.")
         try:
             _target, sock = await _open(scope, pk, port)
         except sessions.SessionRefused as refused:
@@ -113,6 +115,8 @@ class PortProxy:
                 continue
             if name == b"cookie" and not (value := _cookie_header(value)):
                 continue
+            if name == b"origin" and port_origin.same_origin(scope):  # the app's own page: as the app sees itself
+                value = f"http://127.0.0.1:{port}".encode()
             lines.append(name + b": " + value)
         lines += [f"Content-Length: {len(body)}".encode(), b"Connection: close",
                   f"X-Forwarded-Prefix: /jobs/{PATH.match(scope['path'])['pk']}/ports/{port}".encode()]
@@ -267,3 +271,56 @@ class PortForwardConsumer(_PortSession):
         self._stop_pump()
         writer.close()
         await self._closed("a port-forward")
+
+
+class PortHost:
+    """All that comes to a port's own host (``jobsite.asgi`` routes it here by its Host header): that port's path
+    only, for the holder of the host's cookie; its sign-in step (a ticket from the site, traded for the cookie); 404
+    for any other path (the site's pages, API, WebSockets are not served here). A WebSocket must come from a page of
+    this same host (its Origin)."""
+
+    def __init__(self):
+        self.proxy = PortProxy()
+        self.socket = PortSocketConsumer.as_asgi()
+
+    async def __call__(self, scope, receive, send) -> None:
+        pk, port = port_origin.port_of_scope(scope)
+        match = PATH.match(scope["path"])
+        if match is None or (match["pk"], match["port"]) != (str(pk), str(port)):
+            return await _refuse(scope, receive, send, 404, f"Not found: this host serves port {port} of job {pk}, "
+                                                            f"under /jobs/{pk}/ports/{port}/, and nothing else.")
+        websocket = scope["type"] == "websocket"
+        if websocket and not port_origin.same_origin(scope):
+            return await _refuse(scope, receive, send, 403, "A WebSocket from another origin.")
+        if not websocket and match["rest"] == port_origin.AUTH_STEP:
+            return await self._sign_in(scope, send, pk, port)
+        user = await database_sync_to_async(port_origin.cookie_user)(scope, pk, port)
+        if user is None:
+            if websocket or scope["method"] not in ("GET", "HEAD"):
+                return await _refuse(scope, receive, send, 401, "Not signed in: open the port from the job's page.")
+            query = f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
+            again = settings.JOBSITE_BASE_URL.rstrip("/") + quote(scope["path"]) + query  # the site signs in again
+            return await _reply(send, 302, b"", [(b"location", again.encode("latin-1")),
+                                                 (b"cache-control", b"no-store")])
+        scope = {**scope, "user": user}
+        return await (self.socket if websocket else self.proxy)(scope, receive, send)
+
+    async def _sign_in(self, scope, send, pk: int, port: int) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        ticket, following = query.get("ticket", [""])[-1], query.get("next", ["/"])[-1]
+        user = await database_sync_to_async(port_origin.ticket_user)(ticket, pk, port)
+        if user is None:
+            return await _reply(send, 403, b"This link to the port is used, expired or not genuine: open the port "
+                                           b"again from the job's page.")
+        secure = scope.get("scheme") == "https" or settings.JOBSITE_HTTPS
+        location = quote(f"/jobs/{pk}/ports/{port}" + (following if following.startswith("/") else "/"),
+                         safe="/%?&=:@!$'()*+,;")  # a path of this host: no other host, no header break
+        await _reply(send, 302, b"", [(b"location", location.encode()), (b"cache-control", b"no-store"),
+                                      (b"set-cookie", port_origin.cookie_header(user, pk, port, secure=secure))])
+
+
+async def _refuse(scope, receive, send, status: int, text: str) -> None:
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        return await send({"type": "websocket.close", "code": 4000 + status})
+    await _reply(send, status, text.encode())

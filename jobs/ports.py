@@ -1,5 +1,6 @@
-"""The ports a job declares (``Job.ports``: ``[{"name": "jupyter", "port": 8888}]``), opened through the site at
-``/jobs/<id>/ports/<port>/`` (jobs/port_proxy.py). Pure: what a submission's value means, or why it is refused."""
+"""The ports a job declares (``Job.ports``: ``[{"name": "jupyter", "port": 8888}]``), opened at
+``/jobs/<id>/ports/<port>/`` on each port's own host (jobs/port_origin.py, jobs/port_proxy.py). Pure: what a
+submission's value means, or why it is refused."""
 
 from __future__ import annotations
 
@@ -43,5 +44,5 @@ def ports_problems(value: Any) -> tuple[list[dict], list[str]]:
 
 
 def base_url(job_id: int, ports: list[dict]) -> str:
-    """JOB_BASE_URL of a job that declares ports: the path of its first port through the site."""
+    """JOB_BASE_URL of a job that declares ports: the path of its first port (the same on its own host)."""
     return f"/jobs/{job_id}/ports/{ports[0]['port']}/" if ports else ""

@@ -40,10 +40,10 @@ def gpu_timelines(attempt: Attempt | None) -> list[GpuTimeline]:
         return []
     by_gpu: dict[tuple[int, str], GpuTimeline] = {}
     tiers: dict[tuple[int, str], dict[int, list]] = {}
-    for s in GpuSeries.objects.filter(attempt=attempt).order_by("rank", "gpu", "resolution"):
+    for s in GpuSeries.objects.filter(attempt=attempt).order_by("rank", "gpu", "resolution", "start"):
         key = (s.rank, s.gpu)
         by_gpu.setdefault(key, GpuTimeline(rank=s.rank, node=s.node, gpu=s.gpu))
-        tiers.setdefault(key, {})[s.resolution] = s.points
+        tiers.setdefault(key, {}).setdefault(s.resolution, []).extend(s.points)  # a level's rows, oldest first
     for key, timeline in by_gpu.items():
         timeline.points = join_tiers(tiers[key])
     return sorted(by_gpu.values(), key=lambda t: (t.rank, t.gpu.zfill(4)))
@@ -93,4 +93,5 @@ def node_gpu_heat(threshold: float) -> dict[str, list[dict]]:
     """Per node name, the latest SM % of its GPUs from the newest 10 s points of the attempts holding resources."""
     rows = GpuSeries.objects.filter(resolution=10, attempt__job__phase__in=RESOURCE_PHASES,
                                     attempt__job__current_attempt=F("attempt")).values_list("node", "gpu", "points")
+    # (each GPU's 10 s rows: the newest point of all of them wins)
     return heat_cells(list(rows), threshold)

@@ -77,9 +77,9 @@ def usage_telemetry(user: AbstractBaseUser, *, since: date, until: date, group: 
         figures.util_seconds += a["gpu_util_seconds"]
         figures.samples += a["gpu_samples"]
     tiers: dict[tuple[int, int, str], dict[int, list]] = {}
-    for attempt_id, rank, gpu, resolution, points in GpuSeries.objects.filter(attempt__in=attempts).values_list(
-            "attempt_id", "rank", "gpu", "resolution", "points"):
-        tiers.setdefault((attempt_id, rank, gpu), {})[resolution] = points
+    for attempt_id, rank, gpu, resolution, points in GpuSeries.objects.filter(attempt__in=attempts).order_by(
+            "start").values_list("attempt_id", "rank", "gpu", "resolution", "points"):
+        tiers.setdefault((attempt_id, rank, gpu), {}).setdefault(resolution, []).extend(points)
     for (attempt_id, _, _), by_resolution in tiers.items():
         out[keys[attempt_id]].idle_seconds += idle_seconds(by_resolution, threshold)
     return out

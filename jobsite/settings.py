@@ -97,15 +97,14 @@ else:
     # A pool per process (psycopg_pool) instead of persistent connections: under ASGI every sync-to-async thread
     # kept its own connection, so one web process could exhaust PostgreSQL's max_connections under load. With the
     # pool a process holds at most JOBSITE_DB_POOL_MAX connections whatever the load; a request waits up to
-    # JOBSITE_DB_POOL_TIMEOUT seconds for one. The pool requires CONN_MAX_AGE=0. JOBSITE_DB_POOL=false goes back
-    # to a connection per thread (CONN_MAX_AGE, default 60 s), e.g. behind an external pooler.
+    # JOBSITE_DB_POOL_TIMEOUT seconds for one. JOBSITE_DB_POOL=false goes back to a connection per thread
+    # (CONN_MAX_AGE, default 60 s), e.g. behind an external pooler. The pool checks a connection (an empty query)
+    # before handing it out and replaces one the server has ended (a restart, a failover, pg_terminate_backend);
+    # one found dead sweeps the pool of the others (jobsite.dbpool). JOBSITE_DB_POOL_CHECK=false saves that trip.
     if env.bool("JOBSITE_DB_POOL", default=True):
-        DATABASES["default"]["CONN_MAX_AGE"] = 0
-        # The pool checks a connection (an empty query) before handing it out and replaces one the server has
-        # ended (a restart, a failover, pg_terminate_backend), instead of failing the request that gets it. Django
-        # passes psycopg_pool's ConnectionPool.check_connection as the pool's `check` when CONN_HEALTH_CHECKS is on
-        # (a "check" in the pool options would clash with it). JOBSITE_DB_POOL_CHECK=false saves that round trip.
-        DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("JOBSITE_DB_POOL_CHECK", default=True)
+        DATABASES["default"].update(  # the pool requires CONN_MAX_AGE=0
+            ENGINE="jobsite.postgresql", CONN_MAX_AGE=0,
+            CONN_HEALTH_CHECKS=env.bool("JOBSITE_DB_POOL_CHECK", default=True))
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("JOBSITE_DB_POOL_MIN", default=1),
             "max_size": env.int("JOBSITE_DB_POOL_MAX", default=10),
@@ -404,9 +403,9 @@ if REDIS_URL:
 JOBSITE_CHANNEL_MESSAGE_MAX_AGE_SECONDS = env.float("JOBSITE_CHANNEL_MESSAGE_MAX_AGE_SECONDS", default=60.0)
 
 # Nothing of jobsite's own state lives in the cache (the failed-login counts are rows of the database: jobs.api.auth);
-# Redis in production, under the installation's prefix.
+# Redis in production, under the installation's prefix, one connection pool per process (jobsite.cache).
 if REDIS_URL and not JOBSITE_TESTING:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+    CACHES = {"default": {"BACKEND": "jobsite.cache.SharedRedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": JOBSITE_REDIS_PREFIX + "cache"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -471,7 +470,6 @@ JOBSITE_NOTIFY_LEASE_SECONDS = env.float("JOBSITE_NOTIFY_LEASE_SECONDS", default
 # Tries before a notification is given up (FAILED, with a Warning event on the job); the wait after the n-th failed
 # try is JOBSITE_NOTIFY_BACKOFF_SECONDS × 2^(n-1), at most an hour.
 JOBSITE_NOTIFY_MAX_TRIES = env.int("JOBSITE_NOTIFY_MAX_TRIES", default=8)
-
 JOBSITE_NOTIFY_BACKOFF_SECONDS = env.float("JOBSITE_NOTIFY_BACKOFF_SECONDS", default=30.0)
 # How often the Celery beat (or the embedded sender) sweeps for due notifications no task took, and retries.
 JOBSITE_NOTIFY_SWEEP_SECONDS = env.float("JOBSITE_NOTIFY_SWEEP_SECONDS", default=10.0)
@@ -487,13 +485,14 @@ JOBSITE_GPU_METRICS_URL = env.str("JOBSITE_GPU_METRICS_URL", default="")
 JOBSITE_GPU_IDLE_UTIL = env.float("JOBSITE_GPU_IDLE_UTIL", default=5.0)
 JOBSITE_GPU_IDLE_MINUTES = env.float("JOBSITE_GPU_IDLE_MINUTES", default=30.0)
 JOBSITE_GPU_IDLE_STOP_INTERACTIVE_MINUTES = env.float("JOBSITE_GPU_IDLE_STOP_INTERACTIVE_MINUTES", default=None)
-
 # --- exec into running jobs (jobs/exec_consumers.py, jobctl exec) ---------------------------------------------
 # The browser's terminal (xterm.js), served from the npm packages `make node_modules` installs (package.json).
 STATICFILES_DIRS += [(f"vendor/{name}", BASE_DIR / "node_modules" / "@xterm" / package)
                      for name, package in (("xterm", "xterm"), ("xterm-addon-fit", "addon-fit"))
                      if (BASE_DIR / "node_modules" / "@xterm" / package).is_dir()]
-# A session into a job with no byte either way for this long is closed (and its command killed); an open session
-# checks every JOBSITE_EXEC_CHECK_SECONDS that its job is still Running (it ends when the job stops).
+# A session with no byte either way this long is closed (command killed); each checks its job still Runs this often.
 JOBSITE_EXEC_IDLE_SECONDS = env.float("JOBSITE_EXEC_IDLE_SECONDS", default=1800.0)
 JOBSITE_EXEC_CHECK_SECONDS = env.float("JOBSITE_EXEC_CHECK_SECONDS", default=5.0)
+JOBSITE_GATEWAY_URL = env.str("JOBSITE_GATEWAY_URL", default="")  # host:port of `rungateway` (Kubernetes exec, ports)
+from .settings_launcher import *  # noqa: E402,F403 - the local backend's launcher
+from .settings_ports import *  # noqa: E402,F403 - a job's ports' own host names (JOBSITE_PORTS_DOMAIN)

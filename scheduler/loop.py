@@ -31,7 +31,7 @@ from typing import Any
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
-from jobs.wakeup import CHANNEL, wakeup_event
+from jobs.wakeup import ADMISSION_ONLY, CHANNEL, sync_requested, wake_here, wakeup_event
 
 from . import health, metrics
 from .actuator import get_actuator, install_actuator
@@ -44,6 +44,9 @@ from .telemetry.step import telemetry_tick
 log = logging.getLogger(__name__)
 
 ACTUATOR_WORKERS = 4
+# A round whose database connection fails is run again at once on a fresh one, up to this many times in all: after
+# PostgreSQL ends every connection, the first tries may still meet connections it ended (jobsite.dbpool sweeps them).
+ROUND_TRIES = 3
 
 
 def tick() -> None:
@@ -165,16 +168,20 @@ class SchedulerLoop:
         connections.close_all()
 
     def _round(self, name: str, work: Callable[[], None]) -> bool:
-        """One round; once more at once, on a fresh connection, when its database connection failed. Whether it
-        succeeded; a failure is logged and counted, and never stops scheduling."""
+        """One round; again at once, on a fresh connection, when its database connection failed (or none came from
+        the pool in its timeout), up to ROUND_TRIES in all. Whether it succeeded; a failure is logged and counted,
+        and never stops scheduling."""
         try:
-            try:
-                self._on_a_connection(work)
-            except (OperationalError, InterfaceError) as exc:
-                metrics.ROUNDS_RETRIED.labels(name).inc()
-                log.warning("scheduler %s round lost its database connection (%s); running it again on a fresh one",
-                            name, " ".join(str(exc).split()))
-                self._on_a_connection(work)
+            for tried in range(1, ROUND_TRIES + 1):
+                try:
+                    self._on_a_connection(work)
+                    break
+                except (OperationalError, InterfaceError) as exc:
+                    if tried == ROUND_TRIES:
+                        raise
+                    metrics.ROUNDS_RETRIED.labels(name).inc()
+                    log.warning("scheduler %s round lost its database connection (%s); running it again on a fresh "
+                                "one", name, " ".join(str(exc).split()))
         except Exception:  # one bad round must not stop scheduling
             metrics.ROUNDS_FAILED.labels(name).inc()
             log.exception("scheduler %s round failed", name)
@@ -208,13 +215,14 @@ class SchedulerLoop:
             orphans_delete(backend=self.backend)
 
     def _fan_out(self) -> None:
-        """One wake-up (a submit, a cancel, a finish) wakes both admission and sync."""
+        """A wake-up wakes admission, and sync too when it asked for it (a stop; not a submit: jobs.wakeup)."""
         wake = wakeup_event()
         while not self.stopping.is_set():
             wake.wait()
             wake.clear()
             self._wake_admission.set()
-            self._wake_sync.set()
+            if sync_requested():
+                self._wake_sync.set()
 
     def _exits(self) -> None:
         """Wait on the backend's exit socket (bound only while leading) and turn each report into a sync; the
@@ -256,8 +264,8 @@ class SchedulerLoop:
                 with dedicated_connection() as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     while not self.stopping.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            wakeup_event().set()
+                        for notify in conn.notifies(timeout=1.0, stop_after=1):
+                            wake_here(sync=notify.payload != ADMISSION_ONLY)
             except Exception as exc:
                 log.warning("scheduler: listening for wake-ups failed (%s); retrying", exc)
                 self.stopping.wait(2.0)

@@ -55,7 +55,7 @@ ROUNDS_RETRIED = Counter(
     ["round"],
 )
 ROUNDS_FAILED = Counter(
-    "jobsite_scheduler_rounds_failed_total", "Rounds that failed (after that one retry), by round.", ["round"]
+    "jobsite_scheduler_rounds_failed_total", "Rounds that failed (after their retries), by round.", ["round"]
 )
 ADMISSION_LATENCY = Histogram(
     "jobsite_admission_latency_seconds", "Time from queued to admitted, per admitted job.", buckets=_ADMISSION_BUCKETS

@@ -31,9 +31,10 @@ class EstimateMemory:
     def __init__(self) -> None:
         self.history: tuple[datetime, DurationHistory] | None = None  # read at, what was read
         self.made_of: tuple[int, datetime] | None = None  # what the last estimates were made of, and their pass clock
+        self.made_from: tuple | None = None  # the snapshot, outcomes and history of the last pass that asked
 
     def forget(self) -> None:
-        self.history = self.made_of = None
+        self.history = self.made_of = self.made_from = None
 
     def duration_history(self, now: datetime) -> DurationHistory:
         """How long similar recent jobs ran: read at most once a minute of the pass clock (one query)."""
@@ -45,8 +46,23 @@ class EstimateMemory:
         """Whether the waiting jobs' estimates may have moved since the last pass made them: something they are
         made of changed (the decision, the jobs holding resources, the nodes, the quotas, the history, the estimates
         shown), or ``ESTIMATE_SLACK`` has passed (until then an estimate moves less than what is written). A steady
-        pass over a long queue skips the simulation."""
-        made_of = hash((
+        pass over a long queue skips the simulation, and one that reuses the last decision (``scheduler.carry``:
+        the same objects) does not even hash them again."""
+        made_from = (snap, outcomes, history)
+        if self.made_of and self.made_from and all(a is b for a, b in zip(made_from, self.made_from, strict=True)):
+            made_of = self.made_of[0]
+        else:
+            made_of = self._made_of(snap, outcomes, history)
+        self.made_from = made_from
+        last = self.made_of
+        if last and last[0] == made_of and timedelta(0) <= now - last[1] < ESTIMATE_SLACK:
+            return False
+        self.made_of = (made_of, now)
+        return True
+
+    @staticmethod
+    def _made_of(snap: Snapshot, outcomes: list[Outcome], history: DurationHistory) -> int:
+        return hash((
             tuple((o.job_id, o.verdict, o.reason) for o in outcomes),
             tuple((h.id, h.terminating) for h in snap.holding),
             tuple((n.name, tuple(sorted(n.free.items()))) for n in snap.nodes),
@@ -54,11 +70,6 @@ class EstimateMemory:
             tuple(sorted(snap.estimates.items())),
             id(history),
         ))
-        last = self.made_of
-        if last and last[0] == made_of and timedelta(0) <= now - last[1] < ESTIMATE_SLACK:
-            return False
-        self.made_of = (made_of, now)
-        return True
 
 
 memory = EstimateMemory()  # this process's

@@ -4,6 +4,7 @@
 2. Lock: every group row, in a stable order (the scheduling lock).
 3. Snapshot and decide (``decide_heads``): read what the decision needs (``scheduler.snapshot``), decide on it with
    the pure core (``scheduler.core.decide``), read more of a group's queue while its head was not reached.
+   A pass reuses the last pass's snapshot and decision while nothing they were made of changed (``scheduler.carry``).
 4. Apply (``apply_outcomes``): admissions, preemptions and waits written through the services, under the lock.
 5. After commit: the admitted jobs handed to the actuator, their waits recorded in the metrics.
 6. After the lock: the waiting jobs' estimated starts (``scheduler.pass_estimates``).
@@ -21,11 +22,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs import services
-from jobs.choices import Phase
+from jobs.choices import QUEUED_PHASES, Phase
 from jobs.models import Group, Job
 from jobs.state_machine import InvalidTransition
 
-from . import metrics
+from . import carry, metrics
 from .actuator import get_actuator
 from .backend_factory import get_backend
 from .backends.base import Backend
@@ -40,6 +41,8 @@ class PassResult:
     preempted: list[int] = field(default_factory=list)
     waiting: int = 0
     inadmissible: int = 0
+    written: int = 0  # rows the pass wrote (admitted, preempted, moved, messages refreshed)
+    carried: bool = False  # the last pass's decision reused: nothing it was made of had changed
 
 
 def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None) -> PassResult:
@@ -52,19 +55,27 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
     with transaction.atomic():
         # 2. Lock: every group row, in a stable order.
         list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
-        # 3. Snapshot and decide.
-        snap, outcomes = decide_heads(backend, clock)
-        # 4. Apply.
-        result, waiting = apply_outcomes(snap, outcomes, backend=backend, now=now)
-        # 5. After commit: launch, and the admitted jobs' waits.
-        admitted = list(result.admitted)
-        transaction.on_commit(lambda: launch_jobs(admitted, backend=backend))
-        requests = {j.id: j for j in snap.queued}
-        waited = [requests[i].queued_at for i in admitted]
-        transaction.on_commit(lambda: [metrics.observe_admission(queued_at) for queued_at in waited])
+        # 3. Snapshot and decide, unless nothing the last pass's decision was made of has changed (it is reused:
+        # the same rows would be read, the same decided, nothing written).
+        carried = carry.memory.recall(backend.name, clock)
+        if carried is not None:
+            result = PassResult(waiting=carried.result.waiting, inadmissible=carried.result.inadmissible, carried=True)
+        else:
+            snap, outcomes = decide_heads(backend, clock)
+            # 4. Apply.
+            result, waiting = apply_outcomes(snap, outcomes, backend=backend, now=now)
+            carried = carry.memory.remember(snap, outcomes, waiting, result, clock, wrote=result.written > 0)
+            # 5. After commit: launch, and the admitted jobs' waits.
+            admitted = list(result.admitted)
+            transaction.on_commit(lambda: launch_jobs(admitted, backend=backend))
+            requests = {j.id: j for j in snap.queued}
+            waited = [requests[i].queued_at for i in admitted]
+            transaction.on_commit(lambda: [metrics.observe_admission(queued_at) for queued_at in waited])
     # 6. Estimates, after the scheduling lock is released: the simulation is CPU work no other pass need wait for,
     # and the write touches only jobs still pending.
-    snap, outcomes, waiting = estimated_part(snap, outcomes, waiting)
+    if carried.estimated is None:
+        carried.estimated = estimated_part(carried.snap, carried.outcomes, carried.waiting)
+    snap, outcomes, waiting = carried.estimated
     if memory.estimate_due(snap, outcomes, history, clock):
         services.job_estimate_update(estimate_changes(snap, outcomes, history, clock, waiting))
     return result
@@ -86,12 +97,14 @@ def apply_outcomes(snap: Snapshot, outcomes: list[Outcome], *, backend: Backend,
         try:
             if outcome.verdict == Verdict.PREEMPT:
                 if outcome.job_id in victims:
+                    result.written += 1  # before the call: one that fails may have written
                     services.job_preempt(job=victims[outcome.job_id], by_job_id=outcome.by,
                                          message=outcome.message, now=now)
                     result.preempted.append(outcome.job_id)
                 continue
             phase, reason, message, _ = snap.shown[outcome.job_id]
             if outcome.verdict == Verdict.ADMIT:
+                result.written += 1
                 _admit(outcome, phase, requests[outcome.job_id], backend, now)
                 result.admitted.append(outcome.job_id)
                 continue
@@ -101,10 +114,11 @@ def apply_outcomes(snap: Snapshot, outcomes: list[Outcome], *, backend: Backend,
                 if (reason, message) != (outcome.reason, outcome.message):
                     behind.append(outcome.job_id)
             elif (phase, reason) != (target, outcome.reason):
+                result.written += 1
                 services.job_transition(
                     job=Job(pk=outcome.job_id), phase=target, reason=str(outcome.reason),
                     status="Inadmissible" if target == Phase.INADMISSIBLE else None,
-                    message=outcome.message, now=now,
+                    message=outcome.message, now=now, from_phases=QUEUED_PHASES,  # not one cancelled since it was read
                 )
             elif message != outcome.message:
                 refreshed[outcome.job_id] = outcome.message
@@ -117,6 +131,7 @@ def apply_outcomes(snap: Snapshot, outcomes: list[Outcome], *, backend: Backend,
             result.inadmissible += 1
     services.job_queue_info_update(refreshed)
     heads, moved = queue_heads_changed(snap, outcomes)
+    result.written += len(refreshed) + len(behind) + len(moved)
     services.job_queue_behind_update(behind=heads, jobs=behind, groups=moved)
     return result, waiting
 
@@ -180,9 +195,13 @@ def refresh_nodes(backend: Backend) -> None:
 
 
 def _admit(outcome: Outcome, phase: str, queued: QueuedJob, backend: Backend, now: datetime | None) -> None:
-    job = Job.objects.get(pk=outcome.job_id)
-    if phase != Phase.PENDING:  # SUBMITTED or INADMISSIBLE: into the queue first, so the trail says so
-        services.job_transition(job=job, phase=Phase.PENDING, reason="Queued", now=now)
+    """Admit the job as decided; ``InvalidTransition`` (nothing written) when it is no longer queued: cancelled
+    after the pass read it."""
+    if phase == Phase.PENDING:
+        job = Job.objects.get(pk=outcome.job_id)
+    else:  # SUBMITTED or INADMISSIBLE: into the queue first, so the trail says so (the job as the transition read it)
+        job = services.job_transition(job=Job(pk=outcome.job_id), phase=Phase.PENDING, reason="Queued", now=now,
+                                      from_phases=QUEUED_PHASES)
     placement = [{"node": p.node, "gpu_ids": list(p.gpu_ids)} for p in outcome.placement]
     services.job_admit(job=job, backend=backend.name, placement=placement or [{"node": ""}] * queued.replicas,
                        over_quota=outcome.over_quota, nominated=queued.nominated, now=now)

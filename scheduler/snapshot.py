@@ -8,12 +8,12 @@ and usage, and the recorded nodes less what is placed on them. Nothing here writ
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Count, F, Q, Window
+from django.db.models import Count, F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -71,16 +71,10 @@ def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) ->
     if head_rows is None:
         head_rows = {gid: HEAD_ROWS for gid in groups if gid not in stopped}
 
-    unsettled = (
-        Job.objects.filter(phase__in=QUEUED_PHASES, dependency_wait=False)
-        .exclude(phase=Phase.PENDING, reason=Reason.BLOCKED)
-        .exclude(phase=Phase.INADMISSIBLE, reason=Reason.QUEUE_STOPPED, group_id__in=stopped)
-        .values_list(*QUEUED_FIELDS)
-    )
-    rows = {r[0]: r for r in unsettled}
+    unsettled, in_stopped = queued_read_whole(stopped)
+    rows = {r[0]: r for r in unsettled.values_list(*QUEUED_FIELDS)}
     if stopped:  # a stopped queue: every job in it becomes inadmissible
-        rows.update((r[0], r) for r in Job.objects.filter(phase=Phase.PENDING, group_id__in=stopped)
-                    .values_list(*QUEUED_FIELDS))
+        rows.update((r[0], r) for r in in_stopped.values_list(*QUEUED_FIELDS))
     prefix: dict[int, set[int]] = {gid: set() for gid in head_rows}
     for r in queue_heads(head_rows):
         rows[r[0]] = r
@@ -117,6 +111,18 @@ def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) ->
     return Snapshot(groups, queued, running, nodes_with_free(backend.name, placed), shown, holding, kinds, estimates,
                     {gid: (head_rows[gid], ids) for gid, ids in prefix.items()},
                     array_limits({j.array_id for j in queued if j.array_id is not None}))
+
+
+def queued_read_whole(stopped: Iterable[int] | QuerySet) -> tuple[QuerySet, QuerySet]:
+    """The queued jobs every pass reads whole, as two querysets (``stopped``: the ids of the groups whose queue is
+    stopped, or a query of them): every queued job not waiting behind its group's head (new, inadmissible, or
+    pending for another reason) and not waiting on a dependency; and every pending job of a stopped group."""
+    unsettled = (
+        Job.objects.filter(phase__in=QUEUED_PHASES, dependency_wait=False)
+        .exclude(phase=Phase.PENDING, reason=Reason.BLOCKED)
+        .exclude(phase=Phase.INADMISSIBLE, reason=Reason.QUEUE_STOPPED, group_id__in=stopped)
+    )
+    return unsettled, Job.objects.filter(phase=Phase.PENDING, group_id__in=stopped)
 
 
 def array_limits(array_ids: set[int]) -> dict[int, ArrayState]:
@@ -227,15 +233,11 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
     found: list[tuple] = []
     for n, gids in by_limit.items():
         if connection.vendor == "postgresql":
-            table = Job._meta.db_table
             columns = ", ".join(f"j.{Job._meta.get_field(f).column}" for f in QUEUED_FIELDS)
             with connection.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT h.* FROM unnest(%s::bigint[]) AS g(id) CROSS JOIN LATERAL (SELECT {columns} "
-                    f"FROM {table} j WHERE j.group_id = g.id AND NOT j.dependency_wait "
-                    "AND j.phase = %s AND j.reason = %s "
-                    "ORDER BY j.priority DESC, j.queued_at, j.id LIMIT %s) h",
-                    [gids, Phase.PENDING, Reason.BLOCKED, n])
+                    "SELECT h.* FROM unnest(%s::bigint[]) AS g(id) CROSS JOIN LATERAL " + heads_sql(columns, "%s"),
+                    [gids, *HEADS_PARAMS, n])
                 found.extend(cursor.fetchall())
         else:
             found.extend(
@@ -246,6 +248,16 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
                 .filter(rank__lte=n).values_list(*QUEUED_FIELDS)
             )
     return found
+
+
+HEADS_PARAMS = (Phase.PENDING, Reason.BLOCKED)
+
+
+def heads_sql(columns: str, limit: str) -> str:
+    """PostgreSQL: ``(SELECT columns ...) h``, the first ``limit`` jobs waiting behind the head of group ``g.id``,
+    in queue order, for a ``CROSS JOIN LATERAL`` (parameters: ``HEADS_PARAMS``, then those of ``limit``)."""
+    return (f"(SELECT {columns} FROM {Job._meta.db_table} j WHERE j.group_id = g.id AND NOT j.dependency_wait "
+            f"AND j.phase = %s AND j.reason = %s ORDER BY j.priority DESC, j.queued_at, j.id LIMIT {limit}) h")
 
 
 def nodes_with_free(backend: str, placed: list[tuple[dict[str, int], tuple[ReplicaPlacement, ...]]]) -> list[Node]:

@@ -4,7 +4,8 @@
 # /readyz and /metrics on JOBSITE_SCHEDULER_HTTP_PORT) and a Celery worker with beat (database clocks), all from one
 # code base and one settings module, configured by environment variables. Ctrl-C stops all of them.
 #
-#   make prod                        # PORT=8000, database jobsite_prod, Redis db 1, local backend
+#   make prod                        # PORT=8000, database jobsite_prod, Redis db 1, local backend, 2 web processes
+#   JOBSITE_WEB_WORKERS=4 make prod  # web processes behind the one port
 #   DATABASE_URL=... REDIS_URL=... JOBSITE_BACKEND=kubernetes make prod
 #
 # Without DATABASE_URL / REDIS_URL it uses this machine's PostgreSQL and Redis through credentials of the
@@ -49,8 +50,10 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-.venv/bin/uvicorn jobsite.asgi:application --host 127.0.0.1 --port "$PORT" --no-access-log \
-    --ws-per-message-deflate false & pids+=($!)
+# JOBSITE_WEB_WORKERS web processes behind the one port (jobsite/serve_web.py), their /metrics added up from
+# PROMETHEUS_MULTIPROC_DIR.
+JOBSITE_WEB_WORKERS="${JOBSITE_WEB_WORKERS:-2}" PROMETHEUS_MULTIPROC_DIR="$JOBSITE_VAR_DIR/web-metrics" \
+    "$VENV_PY" -m jobsite.serve_web --host 127.0.0.1 --port "$PORT" & pids+=($!)
 "$VENV_PY" manage.py runscheduler & pids+=($!)
 .venv/bin/celery -A jobsite worker --beat --loglevel INFO --concurrency 2 --without-gossip --without-mingle \
     --schedule "$JOBSITE_VAR_DIR/celerybeat-schedule" & pids+=($!)

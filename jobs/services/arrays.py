@@ -18,7 +18,7 @@ from ..arrays import ArrayError, ArrayPlan, array_plan, member_env, member_name
 from ..choices import TERMINAL_PHASES, EventType, Phase
 from ..models import Job, JobArray, JobEvent
 from ..state_machine import InvalidTransition
-from ..wakeup import request_pass
+from ..wakeup import request_admission
 from .actions import job_cancel, job_restart
 from .dependencies import dependencies_record
 from .submission import JobSpec, job_from_spec, submit_key_record
@@ -75,7 +75,7 @@ def array_submit(*, user: AbstractBaseUser, spec: JobSpec, plan: ArrayPlan, idem
             publish_job_changes(ids)
 
         transaction.on_commit(published, robust=True)
-        transaction.on_commit(request_pass, robust=True)
+        transaction.on_commit(request_admission, robust=True)
     array.created_members = members
     return array
 

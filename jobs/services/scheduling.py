@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from .. import rules
@@ -17,9 +18,12 @@ from .events import event_record
 from .transitions import job_terminate, job_transition
 
 
+@transaction.atomic
 def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_quota: bool = False,
               nominated: bool = False, now: datetime | None = None) -> Attempt:
-    """Admit a queued job: a new attempt in PREPARING holding its resources. Launching happens after commit."""
+    """Admit a queued job: a new attempt in PREPARING holding its resources. Launching happens after commit.
+    ``InvalidTransition``, nothing written (the attempt rolled back with the rest), when the job is no longer PENDING
+    (cancelled since it was decided on)."""
     now = now or timezone.now()
     number = (job.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
     attempt = Attempt.objects.create(
@@ -39,7 +43,7 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_q
         message += ", on the resources freed by the jobs it preempted"
     job_transition(job=job, phase=Phase.PREPARING, reason="Admitted", event_reason="Admitted", message=message,
                    current_attempt=attempt, admitted_at=now, exit_code=None, over_quota=over_quota, retry_at=None,
-                   now=now)
+                   now=now, from_phases=(Phase.PENDING,))
     return attempt
 
 

@@ -19,7 +19,8 @@ from ..selectors import jobs_visible_to
 from .events import event_record
 
 SESSIONS = Counter("jobsite_job_sessions", "Sessions opened into running jobs, by kind (exec, port).", ["kind"])
-OPEN_SESSIONS = Gauge("jobsite_job_sessions_open", "Sessions into running jobs open now, by kind.", ["kind"])
+OPEN_SESSIONS = Gauge("jobsite_job_sessions_open", "Sessions into running jobs open now, by kind.", ["kind"],
+                      multiprocess_mode="livesum")  # several web processes: the sum over those alive
 REFUSED = Counter("jobsite_job_sessions_refused", "Sessions refused (not_found, not_running, bad_rank, ...).",
                   ["reason"])
 for _kind in ("exec", "port"):

@@ -12,19 +12,19 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Value
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .. import limits
 from ..choices import JobType, Phase, Priority, Resource
 from ..dependencies import After
-from ..models import Group, GroupQuota, Image, InstanceType, Job, Membership, SubmitKey
+from ..models import Group, GroupQuota, Image, InstanceType, Job, SubmitKey
 from ..ports import ports_problems
 from ..rules import QuotaLimits, fmt_amount
-from ..wakeup import request_pass
+from ..wakeup import request_admission
 from .dependencies import after_problems, dependencies_record
 from .events import event_record
+from .submit_lookups import lookups
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,11 @@ class JobSpec:
     ports: tuple[dict, ...] = ()  # what it serves through the site (jobs.ports)
 
 
-def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, preemptible: bool) -> str | None:
+def _quota_problem(group: Group, quotas: tuple[GroupQuota, ...], instance_type: InstanceType, replicas: int,
+                   preemptible: bool) -> str | None:
     """Why a request can never fit the group's quotas (a preemptible job may borrow up to the limit), or None."""
     request = instance_type.request
-    for q in GroupQuota.objects.filter(group=group):
+    for q in quotas:
         total = request[q.resource] * replicas
         label = Resource(q.resource).label.split(" ")[0]
         if q.user_quota is not None and total > q.user_quota:
@@ -63,47 +64,37 @@ def _quota_problem(group: Group, instance_type: InstanceType, replicas: int, pre
     return None
 
 
-def _with_allowed(model, name: str, group: Group | None):
-    """The image or instance type called ``name`` (None if there is none), with ``allowed``: whether ``group``
-    may use it."""
-    through = model.groups.through
-    column = f"{model._meta.model_name}_id"
-    allowed = (Exists(through.objects.filter(**{column: OuterRef("pk")}, group_id=group.pk)) if group
-               else Value(False))
-    return model.objects.filter(name=name).annotate(allowed=allowed).first()
-
-
 def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpec:
     """Check a submission against the user's groups, the group's images and instance types, and its quotas.
 
     ``data`` holds already type-checked values (from the form or the API serializer), with names for group,
-    image and instance_type. Raises ``ValidationError`` with a message per field.
+    image and instance_type. Raises ``ValidationError`` with a message per field. The group, the user's
+    memberships, the image and the instance type come from ``submit_lookups`` (no query when they are kept).
     """
     errors: dict[str, str] = {}
-    group = image = instance_type = None
+    known = lookups()
 
-    # One query per looked-up object, whether it is allowed read with it.
     group_name = data.get("group") or ""
-    group = Group.objects.filter(name=group_name).annotate(
-        member=Exists(Membership.objects.filter(group=OuterRef("pk"), user=user))).first()
+    group, member = known.group(group_name, user.pk)
     if group is None:
         errors["group"] = f"Unknown group '{group_name}'."
-    elif not (user.is_superuser or group.member):
+    elif not (user.is_superuser or member):
         errors["group"] = f"You are not a member of group '{group_name}'."
         group = None
+    group_id = group.pk if group else None
 
     image_name = data.get("image") or ""
-    image = _with_allowed(Image, image_name, group)
+    image, allowed = known.image(image_name, group_id)
     if image is None:
         errors["image"] = f"Unknown image '{image_name}'."
-    elif group and not image.allowed:
+    elif group and not allowed:
         errors["image"] = f"Image '{image_name}' is not allowed in group '{group.name}'."
 
     it_name = data.get("instance_type") or ""
-    instance_type = _with_allowed(InstanceType, it_name, group)
+    instance_type, allowed = known.instance_type(it_name, group_id)
     if instance_type is None:
         errors["instance_type"] = f"Unknown instance type '{it_name}'."
-    elif group and not instance_type.allowed:
+    elif group and not allowed:
         errors["instance_type"] = f"Instance type '{it_name}' is not allowed in group '{group.name}'."
 
     command = data.get("command") or ""
@@ -130,7 +121,7 @@ def job_spec_validate(*, user: AbstractBaseUser, data: dict[str, Any]) -> JobSpe
         errors["replicas"] = f"Use 1 to {limits.REPLICAS_MAX} replicas."
 
     if group and instance_type and "instance_type" not in errors and "replicas" not in errors:
-        problem = _quota_problem(group, instance_type, replicas, bool(data.get("preemptible")))
+        problem = _quota_problem(group, known.quotas(group.pk), instance_type, replicas, bool(data.get("preemptible")))
         if problem:
             errors["replicas" if replicas > 1 else "instance_type"] = f"This job can never run: it {problem}."
 
@@ -244,30 +235,53 @@ def job_from_spec(spec: JobSpec, *, user: AbstractBaseUser, now: datetime, **fie
 
 
 def submit_key_record(*, user: AbstractBaseUser, key: str, fingerprint: str, job: Job, now: datetime) -> None:
-    """Keep the `Idempotency-Key` of a submit, pointing at ``job``; ``SubmitKeyTaken`` when another submit holds
-    it. An expired row of the same key would block the insert: the user's expired keys go first."""
-    SubmitKey.objects.filter(user=user, created_at__lt=now - SUBMIT_KEY_TTL).delete()
-    try:
-        with transaction.atomic():
-            SubmitKey.objects.create(user=user, key=key, fingerprint=fingerprint, job=job, created_at=now)
-    except IntegrityError as exc:
-        raise SubmitKeyTaken(key) from exc
+    """Keep the `Idempotency-Key` of a submit, pointing at ``job``, in one statement and no savepoint: an insert
+    that takes the place of the same key's expired row, if any; ``SubmitKeyTaken`` when another submit holds the
+    key (it waits for that submit's commit: the unique constraint decides). The user's other expired keys go in
+    the same statement on PostgreSQL (a statement before it elsewhere). Raising leaves the caller's transaction
+    to roll back (the job written before it)."""
+    table, q = SubmitKey._meta.db_table, connection.ops.quote_name
+    at, expired_before = (connection.ops.adapt_datetimefield_value(t) for t in (now, now - SUBMIT_KEY_TTL))
+    upsert = (f"INSERT INTO {q(table)} (user_id, {q('key')}, fingerprint, job_id, created_at) "
+              f"VALUES (%s, %s, %s, %s, %s) ON CONFLICT (user_id, {q('key')}) DO UPDATE SET "
+              f"fingerprint = EXCLUDED.fingerprint, job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at "
+              f"WHERE {q(table)}.created_at < %s RETURNING id")
+    values = [user.pk, key, fingerprint, job.pk, at, expired_before]
+    delete = f"DELETE FROM {q(table)} WHERE user_id = %s AND created_at < %s AND {q('key')} <> %s"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"WITH expired AS ({delete}) {upsert}", [user.pk, expired_before, key, *values])
+        else:
+            cursor.execute(delete, [user.pk, expired_before, key])
+            cursor.execute(upsert, values)
+        if cursor.fetchone() is None:
+            raise SubmitKeyTaken(key)
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def job_submit(*, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str = "", fingerprint: str = "") -> Job:
-    """Create a job from a validated spec. With ``idempotency_key`` the key is recorded with the job in the same
-    transaction; a concurrent submit that recorded the same key first makes this one write nothing and raise
-    ``SubmitKeyTaken`` (the unique constraint decides, not a check before the insert)."""
+    """Create a job from a validated spec: one insert of the job, one of its event (and the `Idempotency-Key`, and
+    what it waits for, when given). With ``idempotency_key`` the key is recorded with the job in the same
+    transaction; a concurrent submit that recorded the same key first makes this one raise ``SubmitKeyTaken``
+    (the unique constraint decides, not a check before the insert) and its transaction writes nothing.
+
+    In the caller's transaction when there is one (no savepoint of its own: an error spoils it, so a caller that
+    goes on after one wraps the call in ``transaction.atomic()``), else in its own. The new job carries its
+    dependencies (``dependencies_recorded``) and, when it waits for nothing, its one event (``events_recorded``):
+    the answer is built from them, not read back."""
     now = timezone.now()
     job = job_from_spec(spec, user=user, now=now)
     job.save(force_insert=True)
     if idempotency_key:
         submit_key_record(user=user, key=idempotency_key, fingerprint=fingerprint, job=job, now=now)
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
-    event_record(job=job, reason="Submitted", message=f"Submitted by {user.get_username()} to {spec.group.name}")
-    # Waits PENDING (reason Dependency) while one is not met; the rows stay in hand for the answer.
-    job.dependencies_recorded = (dependencies_record(jobs=[job], after=spec.after, user=user, now=now)
-                                 if spec.after else [])
-    transaction.on_commit(request_pass, robust=True)
+    event = event_record(job=job, reason="Submitted",
+                         message=f"Submitted by {user.get_username()} to {spec.group.name}")
+    if spec.after:
+        # Waits PENDING (reason Dependency) while one is not met; the rows stay in hand for the answer (its events,
+        # the wait's among them, are read).
+        job.dependencies_recorded = dependencies_record(jobs=[job], after=spec.after, user=user, now=now)
+    else:
+        job.dependencies_recorded, job.events_recorded = [], [event]
+    transaction.on_commit(request_admission, robust=True)  # a pass; no sync round
     return job

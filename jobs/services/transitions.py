@@ -5,6 +5,8 @@ the state machine, writes an event, closes the attempt when resources are releas
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,7 +15,7 @@ from django.utils import timezone
 
 from ..choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
 from ..models import Job
-from ..state_machine import ERROR_STATUSES, check_transition
+from ..state_machine import ERROR_STATUSES, InvalidTransition, check_transition
 from ..wakeup import request_pass
 from .dependencies import dependents_on_end
 from .events import event_record
@@ -44,9 +46,10 @@ def _on_commit_effects(job_id: int, old_phase: str, new_phase: str) -> None:
     publish_job_changes([job_id])  # never raises
     released = old_phase in RESOURCE_PHASES and new_phase not in RESOURCE_PHASES
     queued = new_phase in QUEUED_PHASES and old_phase not in QUEUED_PHASES
-    # A pass for freed or queued resources; the scheduler's sync for pods to stop.
-    if released or queued or (new_phase == Phase.TERMINATING and old_phase != Phase.TERMINATING):
-        request_pass()
+    # A pass for freed or queued resources; and the scheduler's sync for pods to stop.
+    stopping = new_phase == Phase.TERMINATING and old_phase != Phase.TERMINATING
+    if released or queued or stopping:
+        request_pass(sync=stopping)
 
 
 # Event types as Kubernetes means them: Warning for failures, evictions and anything a person should look at.
@@ -71,16 +74,21 @@ def job_transition(
     exit_code: int | None = UNSET,
     queue_position: int | None = None,
     now: datetime | None = None,
+    from_phases: Collection[str] | None = None,
     **fields: Any,
 ) -> Job:
     """Move ``job`` to ``phase`` (locking its row), record an event and queue after-commit effects.
 
-    Raises ``InvalidTransition`` if the state machine forbids it. A call that changes neither phase, status nor
-    reason only refreshes message/position and writes no event.
+    Raises ``InvalidTransition`` if the state machine forbids it, or if ``from_phases`` is given and the job is in
+    none of them (a caller that decided on what it read earlier: a job cancelled since is not queued again). A call
+    that changes neither phase, status nor reason only refreshes message/position and writes no event.
     """
     now = now or timezone.now()
     current = Job.objects.select_for_update(of=("self",)).select_related("current_attempt").get(pk=job.pk)
+    if from_phases is not None and current.phase not in from_phases:
+        raise InvalidTransition(current.phase, phase)
     check_transition(current.phase, phase)
+    before = _column_values(current)
     status = status or DEFAULT_STATUS[Phase(phase)]
     changed = (current.phase, current.status, current.reason) != (phase, status, reason)
     old_phase = current.phase
@@ -130,7 +138,8 @@ def job_transition(
         attempt.running_at = now
         attempt.save(update_fields=["running_at"])
 
-    current.save()
+    # Only the columns that changed (and updated_at): the others were read under the row's lock and are as they are.
+    current.save(update_fields=[*(k for k, v in _column_values(current).items() if before[k] != v), "updated_at"])
     if changed:
         warning = (status in WARNING_STATUSES or reason in WARNING_REASONS
                    or phase in {Phase.FAILED, Phase.INADMISSIBLE, Phase.UNKNOWN})
@@ -150,6 +159,12 @@ def job_transition(
     for f in Job._meta.concrete_fields:  # the caller's instance shows the new state too
         setattr(job, f.attname, getattr(current, f.attname))
     return current
+
+
+def _column_values(job: Job) -> dict[str, Any]:
+    """The job's column values by attribute name (a copy of mutable ones, so a change in place still shows)."""
+    return {f.attname: copy.copy(getattr(job, f.attname)) for f in Job._meta.concrete_fields if not f.primary_key}
+
 
 def terminated_status(phase: str, reason: str) -> str:
     """The status a job shows once it has ended in ``phase`` for ``reason``."""

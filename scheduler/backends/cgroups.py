@@ -341,6 +341,10 @@ class ReplicaCgroup:
                 return exit_code == 128 + signal.SIGKILL and int(_read(leaf / "memory.failcnt").strip() or 0) > 0
         return False
 
+    def members(self) -> set[int]:
+        """The processes in the leaves (in v1 the same in each hierarchy)."""
+        return set().union(*(members(leaf) for leaf in self.dirs()))
+
     def kill(self, timeout: float = 5.0) -> None:
         """SIGKILL everything left in the leaves, until they are empty or ``timeout`` has passed."""
         for leaf in self.dirs():

@@ -1,5 +1,10 @@
 """The local backend: each replica is a real process on this machine, supervised by ``local_runner.py``.
 
+Each supervisor is forked by the installation's launcher (launcher.py: one long-lived process that has the
+supervisor's modules loaded, started by the first launch, found again after a restart, its socket
+``state/launcher-<code digest>.sock``); when there is none and none can be started, or it fails, the supervisor
+starts as an interpreter of its own, as it did before, and the log says so. Either way it is the same program.
+
 Layout under JOBSITE_LOCAL_ROOT, one directory per job / attempt / replica:
   work/job-<id>/attempt-<n>/hostfile        the attempt's hostfile (JOB_HOSTFILE), one line per replica
   work/job-<id>/attempt-<n>/replica-<r>/    the working directory (deleted by TTL)
@@ -12,8 +17,9 @@ Layout under JOBSITE_LOCAL_ROOT, one directory per job / attempt / replica:
 A replica's processes are those that carry its marker, the environment variable
 ``JOBSITE_REPLICA=<root id>:<job>:<attempt>:<rank>`` every process it starts inherits (``setsid`` escapees
 included; the root id is this installation's JOBSITE_LOCAL_ROOT, so two installations never touch each other's
-processes), and, while its supervisor lives, every descendant of the supervisor (a child subreaper). ``stop``
-signals them all, whether the supervisor lives or not; ``observe`` reports a replica ``present`` while any of
+processes), and, while its supervisor lives, every descendant of the supervisor (a child subreaper; a supervisor
+forked by the launcher is itself found by its ``runner.pid`` only: /proc shows it the launcher's environment).
+``stop`` signals them all, whether the supervisor lives or not; ``observe`` reports a replica ``present`` while any of
 them lives, so its GPUs are handed on only once nothing of it is left.
 
 Unless JOBSITE_LOCAL_SANDBOX is ``off``, each replica runs in a sandbox (sandbox.py): it sees none of the above
@@ -45,10 +51,11 @@ from django.conf import settings
 
 from scheduler.values import LaunchSpec, Node, ReplicaObservation, ReplicaState
 
-from . import limits, netns, sandbox
+from . import launcher, limits, netns, sandbox
 from .base import BackendDefaults, LaunchError, LogLayout, hostfile_text, replica_launch_env
 from .environments import BadEnvironment, Environment, read_environment
 from .local_runner import (
+    LEFT_FILE,
     MARKER,
     Proc,
     live_process,
@@ -63,7 +70,7 @@ from .local_runner import (
 
 log = logging.getLogger(__name__)
 
-RUNNER = Path(__file__).with_name("local_runner.py")
+RUNNER = launcher.RUNNER  # the supervisor (a test may name another: it then starts as an interpreter)
 # Every replica runs on this machine: rank 0 listens on the loopback interface.
 LOCAL_ADDR = "127.0.0.1"
 
@@ -208,6 +215,11 @@ class LocalBackend(BackendDefaults):
         # Supervisors being started: each forks and its first process exits at once; reaped on later calls.
         self._launchers: list[subprocess.Popen] = []
         self._launchers_lock = threading.Lock()
+        # The installation's launcher (launcher.py), which forks supervisors: started on the first launch.
+        # JOBSITE_LOCAL_LAUNCHER off: an interpreter per replica; ..._IDLE_SECONDS: it exits once idle this long.
+        idle = float(settings.JOBSITE_LOCAL_LAUNCHER_IDLE_SECONDS)
+        self.launcher = (launcher.Launcher(self.root / "state", idle=idle)
+                         if settings.JOBSITE_LOCAL_LAUNCHER else None)
 
     @property
     def events_path(self) -> Path:
@@ -306,7 +318,7 @@ class LocalBackend(BackendDefaults):
             state.mkdir(parents=True)
         except FileExistsError:  # a relaunch in place: the last run's files go
             # Not the ``stop`` file: a stop that came first keeps the command from ever starting.
-            for stale in ("runner.pid", "child.pid", "sandbox.pid", "exit_code"):
+            for stale in ("runner.pid", "child.pid", "sandbox.pid", LEFT_FILE, "exit_code"):
                 (state / stale).unlink(missing_ok=True)
         write_atomic(state / "launched", f"{time.time():.3f}")
         env = {
@@ -344,9 +356,23 @@ class LocalBackend(BackendDefaults):
         self._start_supervisor(argv, env, keep)
 
     def _start_supervisor(self, argv: list[str], env: dict[str, str], keep: tuple[int, ...] = ()) -> None:
-        """Start a supervisor without waiting for it (its interpreter's start-up is most of a launch). It detaches
-        by itself; one that never writes its pid is found by ``observe`` after JOBSITE_LOCAL_START_TIMEOUT_SECONDS
-        (the ``launched`` file is written before)."""
+        """Start a supervisor without waiting for it: forked by the launcher, or, when there is none (or another
+        supervisor than ``local_runner.py`` is asked for), as an interpreter of its own, whose start-up is most of
+        a launch. It detaches by itself; one that never writes its pid is found by ``observe`` after
+        JOBSITE_LOCAL_START_TIMEOUT_SECONDS (the ``launched`` file is written before)."""
+        if self.launcher is not None and argv[1] == str(launcher.RUNNER):
+            try:
+                self.launcher.launch(argv, env, keep)
+                return
+            except launcher.Unavailable as exc:  # the first launch of a scheduler that found none: info only
+                log.log(logging.WARNING if self.launcher.seen or self.launcher.failure else logging.INFO,
+                        "launcher of %s unavailable (%s): the supervisor starts as an interpreter of its own",
+                        self.root, exc)
+            except launcher.NoAnswer as exc:  # it may have started: a second one would run the replica twice
+                log.warning("launcher of %s gave no answer (%s): the supervisor is not started again; if it did "
+                            "not start, the replica is lost after %s s", self.root, exc,
+                            settings.JOBSITE_LOCAL_START_TIMEOUT_SECONDS)
+                return
         with self._launchers_lock:
             self._launchers = [p for p in self._launchers if p.poll() is None]
             # Its own session from its first instruction: a kill of the scheduler's process group never takes it.
@@ -412,6 +438,9 @@ class LocalBackend(BackendDefaults):
             running = (state / "child.pid").exists()
             return ReplicaObservation(rank, ReplicaState.RUNNING if running else ReplicaState.STARTING,
                                       present=True)
+        # Ended by its supervisor, which killed all it left before writing the exit code: nothing to look for.
+        if not (state / LEFT_FILE).exists() and (ended := _exited(rank, exit_file, present=False)) is not None:
+            return ended
         left = processes_of()  # no supervisor: what is left of the replica, read once
         if (ended := _exited(rank, exit_file, present=bool(left))) is not None:
             return ended

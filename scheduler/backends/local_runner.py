@@ -3,8 +3,10 @@
     python local_runner.py [--grace SECONDS] [--sandboxed UID[:GID]] [--notify SOCKET] [--limits PLAN] \
         STATE_DIR LOG_FILE WORK_DIR -- ARGV...
 
-It detaches (fork, new session) so the replica outlives the web server that started it, becomes the child
-subreaper of everything the command starts (orphans are re-parented to it, not to init), then writes into
+Usually not run as a script but forked, with its arguments and environment, by the installation's launcher
+(launcher.py), which calls ``main`` as the script would. It detaches (fork, new session) so the replica outlives
+the web server that started it, becomes the child subreaper of everything the command starts (orphans are
+re-parented to it, not to init), then writes into
 STATE_DIR: ``runner.pid`` ("pid starttime"), ``child.pid``, and at the end ``exit_code`` (atomically). With
 ``--notify SOCKET`` it then sends one datagram to that Unix socket (the scheduler's, see ``ExitEvents`` in local.py),
 so the exit is noticed at once rather than at the next periodic sync; a lost datagram only delays that to the sync.
@@ -12,7 +14,8 @@ so the exit is noticed at once rather than at the next periodic sync; a lost dat
 Every process of the replica carries its marker, the environment variable ``JOBSITE_REPLICA`` the backend sets
 ("<root id>:<job>:<attempt>:<rank>"), inherited by all it starts, ``setsid`` escapees included. When the command
 exits, whatever it left behind (background children, daemons) is killed before ``exit_code`` is written: SIGTERM,
-then SIGKILL after the grace period. So a replica that has ended holds nothing.
+then SIGKILL after the grace period. So a replica that has ended holds nothing: what the kill could not end (a process
+stuck in the kernel) is named in ``left`` (its pids), written before ``exit_code``.
 
 A stop that comes before the command has started leaves a ``stop`` file in STATE_DIR (the signal number). The
 runner looks for it after writing ``runner.pid`` and again once the command has started (in a sandbox: once the
@@ -46,7 +49,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +63,7 @@ MARKER = "JOBSITE_REPLICA"
 PR_SET_CHILD_SUBREAPER = 36
 # How long the runner waits for what it SIGKILLed to go before it writes the exit code all the same.
 KILL_WAIT_SECONDS = 5.0
+LEFT_FILE = "left"  # in STATE_DIR: the pids the sweep could not kill, before exit_code
 # How long the runner waits for the command to appear inside its sandbox before it goes on all the same.
 SANDBOX_START_SECONDS = 30.0
 
@@ -243,17 +247,30 @@ def _wait(pid: int) -> int:
         local_exec.REAPED.record(reaped, status)  # an exec'd command's: its session reports it
 
 
-def sweep(marker: str, grace: float, uids: Collection[int] = ()) -> None:
-    """Kill what the command left behind: SIGTERM, SIGKILL to what is still there ``grace`` seconds later."""
+def finder(marker: str, uids: Collection[int] = (), limiter: Limiter | None = None) -> Callable[[], list[Proc]]:
+    """How the supervisor (the caller) finds the live processes of its replica, itself left out: the members of the
+    replica's cgroup when it has one (a few files, and nothing leaves it unprivileged), else by its marker and as
+    its own descendants, from the whole process table."""
     me = (os.getpid(), proc_start_time(os.getpid()))
+
+    def find() -> list[Proc]:
+        if limiter is not None and limiter.cgroup is not None:
+            return [p for pid in sorted(limiter.cgroup.members()) if pid != me[0] and (p := live_process(pid))]
+        return [p for p in replica_processes(marker, runner=me, uids=uids) if p.pid != me[0]]
+    return find
+
+
+def sweep(find: Callable[[], list[Proc]], grace: float) -> list[Proc]:
+    """Kill what the command left behind (``find``: its processes, see ``finder``): SIGTERM, SIGKILL to what is still
+    there ``grace`` seconds later. Returns what could not be killed (none, but for a process stuck in the kernel)."""
     deadline = time.monotonic() + grace
     termed: set[tuple[int, str]] = set()
     while True:
         _reap()
-        left = [p for p in replica_processes(marker, runner=me, uids=uids) if p.pid != me[0]]
+        left = find()
         now = time.monotonic()
         if not left or now > deadline + KILL_WAIT_SECONDS:  # nothing left, or only what cannot be killed
-            return
+            return left
         if now >= deadline:
             send_all(left, signal.SIGKILL)
         else:  # each once: a process that handles SIGTERM gets the grace period to act on it
@@ -262,15 +279,13 @@ def sweep(marker: str, grace: float, uids: Collection[int] = ()) -> None:
         time.sleep(0.05)
 
 
-def _wait_for_command(sandbox: int, marker: str, uids: Collection[int]) -> None:
+def _wait_for_command(sandbox: int, find: Callable[[], list[Proc]]) -> None:
     """Until the command runs inside the sandbox: a process of the replica other than the supervisor, the sandbox
     and the sandbox's own init (its child, the first process of the new PID namespace). Also ends when the sandbox
     does (it could not start the command), or after SANDBOX_START_SECONDS whatever happened."""
-    me = (os.getpid(), proc_start_time(os.getpid()))
     deadline = time.monotonic() + SANDBOX_START_SECONDS
     while live_process(sandbox) is not None and time.monotonic() < deadline:  # not reaped here: _wait does
-        if any(p.pid not in (me[0], sandbox) and p.ppid != sandbox
-               for p in replica_processes(marker, runner=me, uids=uids)):
+        if any(p.pid != sandbox and p.ppid != sandbox for p in find()):
             return
         time.sleep(0.01)
 
@@ -313,10 +328,9 @@ class Limiter:
         if self.plan is not None and self.plan.limits.disk:
             resource.setrlimit(resource.RLIMIT_FSIZE, (self.plan.limits.disk, self.plan.limits.disk))
 
-    def watch_disk(self, marker: str, uids: Collection[int]) -> None:
+    def watch_disk(self, find: Callable[[], list[Proc]]) -> None:
         if self.plan is None or not self.plan.limits.disk or self.plan.disk_check_seconds <= 0:
             return
-        me = (os.getpid(), proc_start_time(os.getpid()))
         limit = self.plan.limits.disk
 
         def exceeded(used: int) -> None:  # as the kubelet evicts: at once, no grace period
@@ -325,8 +339,7 @@ class Limiter:
             if self.cgroup is not None:
                 self.cgroup.kill()
             else:
-                send_all([p for p in replica_processes(marker, runner=me, uids=uids) if p.pid != me[0]],
-                         signal.SIGKILL)
+                send_all(find(), signal.SIGKILL)
 
         self.watch = cgroups.DiskWatch(self.cwd, limit, self.plan.disk_check_seconds, exceeded)
         self.watch.start()
@@ -366,7 +379,9 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
     copier = None
     door = None  # the exec socket (local_exec.py), while the sandbox runs
     limiter = Limiter(plan, cwd)
-    (state / "reason").unlink(missing_ok=True)  # a relaunch in place: the last run's
+    find = finder(marker, uids, limiter)
+    for stale in ("reason", LEFT_FILE):  # a relaunch in place: the last run's
+        (state / stale).unlink(missing_ok=True)
     write_atomic(state / "runner.pid", f"{os.getpid()} {proc_start_time(os.getpid())}")
     with open(log, "ab", buffering=0) as out, open(os.devnull, "rb") as devnull:
         if (sig := stop_requested(state)) is not None:  # stopped before it started: it never runs
@@ -394,17 +409,18 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
                     write_atomic(state / "sandbox.pid", f"{child.pid} {proc_start_time(child.pid)}")
                     # A stop spares the sandbox's own processes: it must see the command, so the command is
                     # born before the stop file is looked at again.
-                    _wait_for_command(child.pid, marker, uids)
+                    _wait_for_command(child.pid, find)
                     door = _open_door(state, child.pid, sandbox_uid, sandbox_gid, limiter)
                 write_atomic(state / "child.pid", str(child.pid))
                 if (sig := stop_requested(state)) is not None:  # a stop came while it started: it may have
                     os.kill(child.pid, sig)  # found only us (not reaped yet: the pid is still the child's)
-                limiter.watch_disk(marker, uids)
+                limiter.watch_disk(find)
                 code = child.returncode = _wait(child.pid)
         if door is not None:
             door.close()
         reason = limiter.reason(code)
-        sweep(marker, grace, uids)
+        if survivors := sweep(find, grace):  # the scheduler looks for them itself (observe)
+            write_atomic(state / LEFT_FILE, " ".join(str(p.pid) for p in survivors))
         _reap()
         limiter.end()
         if copier is not None:  # the sandbox is gone, and all that held the pipe with it

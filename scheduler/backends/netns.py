@@ -58,8 +58,10 @@ SLIRP_MISSING = (
 )
 
 # The holder: loopback up, the prohibited routes (its arguments), "ready", then it waits for end-of-file on stdin.
+# One `ip` for all the namespace's setup (`-batch` stops at the first command that fails): an `ip` per route cost
+# 2.6 ms more CPU an attempt on a machine with two routes to block, and a host has one per address.
 HOLDER_SCRIPT = (
-    'ip link set lo up || exit 1; for r; do ip route add prohibit "$r" || exit 1; done; '
+    '{ echo "link set lo up"; for r; do echo "route add prohibit $r"; done; } | ip -batch - || exit 1; '
     'echo ready; exec cat >/dev/null'
 )
 

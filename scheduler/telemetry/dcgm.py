@@ -3,6 +3,7 @@ parsed with prometheus-client's parser. Each GPU's series carry the pod and name
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -10,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from .samples import GpuReading
 
 MIB = 1024 * 1024
+MAX_BYTES = 1 << 22
 FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "sm",
     "DCGM_FI_DEV_FB_USED": "fb_used",
@@ -54,5 +56,15 @@ class DcgmSampler:
         self.timeout = timeout
 
     def read(self) -> list[GpuReading]:
+        """One scrape, at most 4 MiB and ``timeout`` seconds in all (an exporter that trickles is cut off too)."""
+        deadline = time.monotonic() + self.timeout
+        body = bytearray()
         with urllib.request.urlopen(self.url, timeout=self.timeout) as response:  # noqa: S310 (an admin's URL)
-            return dcgm_parse(response.read(1 << 22).decode("utf-8", "replace"))
+            while len(body) < MAX_BYTES:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the scrape took over {self.timeout:g} s")
+                chunk = response.read(min(1 << 16, MAX_BYTES - len(body)))
+                if not chunk:
+                    break
+                body += chunk
+        return dcgm_parse(body.decode("utf-8", "replace"))

@@ -4,7 +4,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs import services
@@ -115,31 +115,57 @@ def test_the_unique_constraint_decides_not_the_check_before_the_insert(world):
     spec = services.job_spec_validate(user=bob, data=dict(GOOD))
     services.job_submit(user=bob, spec=spec, idempotency_key="k-1", fingerprint="f")
 
-    with pytest.raises(services.SubmitKeyTaken):
+    with pytest.raises(services.SubmitKeyTaken), transaction.atomic():  # no savepoint of its own: the caller's
         services.job_submit(user=bob, spec=spec, idempotency_key="k-1", fingerprint="f")
 
     assert Job.objects.count() == 1
 
 
+class KeyLookups:
+    """Counts the look-ups of an `Idempotency-Key`'s job a submit makes; ``answer`` gives what they find."""
+
+    def __init__(self, answer):
+        self.calls: list[dict] = []
+        self.answer = answer
+
+    def __call__(self, **kw):
+        self.calls.append(kw)
+        return self.answer(**kw)
+
+
+@pytest.fixture
+def lookups_of_keys(monkeypatch) -> KeyLookups:
+    counted = KeyLookups(services.job_submitted_with)
+    monkeypatch.setattr(services, "job_submitted_with", counted)
+    return counted
+
+
 @pytest.mark.django_db
-def test_a_submit_that_loses_the_race_answers_the_winners_job(world, client_for, monkeypatch):
-    """The lookup found nothing (the other submit had not committed yet), the insert then hit the constraint."""
-    bob = world.users["bob"]
+def test_a_retry_is_found_by_the_constraint_and_answered_from_one_lookup(world, client_for, lookups_of_keys):
+    """No look-up before the insert: the unique constraint finds the key taken, the job inserted is rolled back
+    and the key's job answered."""
     winner = post(client_for("bob"), GOOD, key="k-1").json()
-    lookup = services.job_submitted_with
-    calls = []
+    assert lookups_of_keys.calls == []  # a new key: none either
 
-    def late_lookup(**kw):
-        calls.append(kw)
-        return None if len(calls) == 1 else lookup(**kw)
+    response = post(client_for("bob"), GOOD, key="k-1")
 
-    monkeypatch.setattr(services, "job_submitted_with", late_lookup)
-    response = post(client_for(bob), GOOD, key="k-1")
-
-    assert len(calls) == 2
+    assert len(lookups_of_keys.calls) == 1
     assert response.status_code == 201, response.json()
     assert response["Idempotent-Replayed"] == "true"
     assert response.json()["id"] == winner["id"]
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_key_held_by_a_submit_not_committed_yet_is_a_409(world, client_for, lookups_of_keys):
+    """The insert waited for the other submit and hit the constraint, but the key's job is not visible yet."""
+    post(client_for("bob"), GOOD, key="k-1")
+    lookups_of_keys.answer = lambda **kw: None
+
+    response = post(client_for("bob"), GOOD, key="k-1")
+
+    assert_error_shape(response, 409)
+    assert "in progress" in response.json()["detail"]
     assert Job.objects.count() == 1
 
 

@@ -76,12 +76,15 @@ def test_jobctl_port_flags():
     assert spec_from_flags(args)["ports"] == [{"name": "jupyter", "port": 8888}, {"port": 6006}]
 
 
-def test_the_sites_cookies_never_reach_a_job_nor_come_back_from_it(settings):
+def test_the_sites_and_the_ports_cookies_never_reach_a_job_nor_come_back_from_it(settings):
+    from jobs.port_origin import PORT_COOKIE
     from jobs.port_proxy import _cookie_header, _names_site_cookie
 
-    sent = f"{settings.SESSION_COOKIE_NAME}=s3cret; _xsrf=abc; {settings.CSRF_COOKIE_NAME}=tok; theme=dark".encode()
+    sent = (f"{settings.SESSION_COOKIE_NAME}=s3cret; _xsrf=abc; {settings.CSRF_COOKIE_NAME}=tok; theme=dark; "
+            f"{PORT_COOKIE}=signed").encode()
     assert _cookie_header(sent) == b"_xsrf=abc; theme=dark"
     assert _names_site_cookie(f"{settings.SESSION_COOKIE_NAME}=fixed; Path=/".encode())
+    assert _names_site_cookie(f"{PORT_COOKIE}=fixed; Path=/".encode())  # the port host's own login
     assert not _names_site_cookie(b"_xsrf=abc; Path=/jobs/1/ports/8888/")
 
 

@@ -83,7 +83,54 @@ def expired(old: str = "123", oldest: str = "456") -> dict:
     return error_event(410, "Expired", f"too old resource version: {old} ({oldest})")
 
 
-class FakeApiServer:
+class ThreadedApp:
+    """An aiohttp app on 127.0.0.1:<free port>, in a thread with its own event loop; ``routes`` adds its handlers,
+    which may wait on ``_stopping`` (set by ``stop``)."""
+
+    thread_name = "fake-apiserver"
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),),
+                                        name=self.thread_name, daemon=True)
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def routes(self, app: aiohttp.web.Application) -> None:
+        raise NotImplementedError
+
+    def start(self):
+        self._thread.start()
+        if not self._ready.wait(10) or self.port is None:
+            raise RuntimeError(f"{self.thread_name} did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join(10)
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        app = aiohttp.web.Application()
+        self.routes(app)
+        runner = aiohttp.web.AppRunner(app, shutdown_timeout=1)
+        await runner.setup()
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = runner.addresses[0][1]
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            await runner.cleanup()
+
+
+class FakeApiServer(ThreadedApp):
     """On 127.0.0.1:<free port>, in a thread with its own event loop."""
 
     def __init__(self, namespace: str = "ns"):
@@ -95,17 +142,9 @@ class FakeApiServer:
         self.journal: list[Request] = []
         self.sent: list[Sent] = []
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),),
-                                        name="fake-apiserver", daemon=True)
-        self.port: int | None = None
+        super().__init__()
 
     # --- for tests -----------------------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def requests(self, kind: str) -> list[Request]:
         with self._lock:
@@ -117,31 +156,8 @@ class FakeApiServer:
 
     # --- serving -------------------------------------------------------------------------------------------
 
-    def start(self) -> FakeApiServer:
-        self._thread.start()
-        if not self._ready.wait(10) or self.port is None:
-            raise RuntimeError("the fake API server did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
-            self._thread.join(10)
-
-    async def _main(self) -> None:
-        self._stopping = asyncio.Event()
-        app = aiohttp.web.Application()
+    def routes(self, app: aiohttp.web.Application) -> None:
         app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._pods)
-        runner = aiohttp.web.AppRunner(app, shutdown_timeout=1)
-        await runner.setup()
-        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = runner.addresses[0][1]
-        self._ready.set()
-        try:
-            await self._stopping.wait()
-        finally:
-            await runner.cleanup()
 
     async def _pods(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         query = dict(request.query)

@@ -47,7 +47,7 @@ pytestmark = pytest.mark.fast
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
-SETTINGS = (ROOT / "jobsite" / "settings.py").read_text()
+SETTINGS = "".join(p.read_text() for p in sorted((ROOT / "jobsite").glob("settings*.py")))
 README = (ROOT / "README.md").read_text()
 
 CONTROL = "jobsite"  # web, scheduler, worker
@@ -319,11 +319,11 @@ def test_the_restricted_checker_catches_what_restricted_forbids():
 def test_each_role_has_its_own_service_account_and_only_the_scheduler_has_rights(target):
     docs = rendered(target)
     accounts = {sa["metadata"]["name"]: sa for sa in of_kind(docs, "ServiceAccount")}
-    assert set(accounts) == {"jobsite-web", "jobsite-worker", "jobsite-scheduler", "jobsite-migrate"}
+    assert set(accounts) == {"jobsite-web", "jobsite-worker", "jobsite-scheduler", "jobsite-migrate", "jobsite-gateway"}
     for name, d in deployments(docs).items():
         pod = pod_spec(d)
         assert pod["serviceAccountName"] == f"jobsite-{name}"
-        if name == "scheduler":
+        if name in ("scheduler", "gateway"):  # the gateway's rights: test_deploy_gateway.py
             assert pod["automountServiceAccountToken"] is True
         else:  # web is internet-facing, worker does database work: no token, no binding
             assert accounts[f"jobsite-{name}"]["automountServiceAccountToken"] is False
@@ -336,6 +336,8 @@ def test_each_role_has_its_own_service_account_and_only_the_scheduler_has_rights
         expected.add(("RoleBinding", JOBS, GANG_ROLE))
     assert bindings_of(docs, "jobsite-scheduler") == expected
     for b in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        if b["metadata"]["name"] == "jobsite-gateway":
+            continue
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "jobsite-scheduler", "namespace": CONTROL}]
         assert b["roleRef"]["apiGroup"] == "rbac.authorization.k8s.io"
         assert len([r for r in of_kind(docs, b["roleRef"]["kind"]) if r["metadata"]["name"] == b["roleRef"]["name"]
@@ -344,7 +346,8 @@ def test_each_role_has_its_own_service_account_and_only_the_scheduler_has_rights
 
 def test_the_jobs_role_grants_exactly_what_the_backend_calls_in_the_jobs_namespace():
     docs = rendered("base")
-    [role] = [r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == JOBS]
+    [role] = [r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == JOBS
+              and r["metadata"]["name"] == "jobsite-scheduler"]
     assert rules_by_group(role["rules"]) == JOBS_ROLE_RULES
     assert not any("resourceNames" in rule for rule in role["rules"])
     assert config(docs)["JOBSITE_K8S_NAMESPACE"] == JOBS
@@ -358,7 +361,7 @@ def test_a_gang_component_turns_its_mode_on_and_grants_podgroups_of_its_api_only
     docs = rendered(f"base+components/gang-{mode}")
     assert config(docs)["JOBSITE_K8S_GANG_SCHEDULING"] == mode
     roles = {r["metadata"]["name"]: r for r in of_kind(docs, "Role") if r["metadata"]["namespace"] == JOBS}
-    assert set(roles) == {"jobsite-scheduler", GANG_ROLE}
+    assert set(roles) == {"jobsite-scheduler", GANG_ROLE, "jobsite-gateway"}
     assert rules_by_group(roles["jobsite-scheduler"]["rules"]) == JOBS_ROLE_RULES  # unchanged
     assert rules_as_map(roles[GANG_ROLE]["rules"], GANG_APIS[mode].group) == GANG_RBAC_RULES
     assert not any("resourceNames" in rule for rule in roles[GANG_ROLE]["rules"])
@@ -452,13 +455,18 @@ def test_web_scheduler_and_worker_have_probes(target):
     docs = rendered(target)
     data = config(docs)
     ds = deployments(docs)
-    assert set(ds) == {"web", "scheduler", "worker"}
+    assert set(ds) == {"web", "scheduler", "worker", "gateway"}
 
     [web] = pod_spec(ds["web"])["containers"]
-    assert web["command"][:2] == ["uvicorn", "jobsite.asgi:application"]
-    # Live pages push small HTML fragments to many sockets: compressing each frame per socket costs the web's CPU
-    # (bench/live_latency.py --load: p50 2.8 s with it, 1.0 s without), the bytes saved do not matter.
-    assert web["command"][-2:] == ["--ws-per-message-deflate", "false"]
+    # uvicorn with JOBSITE_WEB_WORKERS processes (jobsite/serve_web.py). Live pages push small HTML fragments to
+    # many sockets: compressing each frame per socket costs the web's CPU (bench/live_latency.py --load: p50 2.8 s
+    # with it, 1.0 s without), the bytes saved do not matter.
+    assert web["command"][:3] == ["python", "-m", "jobsite.serve_web"]
+    from jobsite.serve_web import command
+
+    uvicorn = command(web["command"][3:], {"JOBSITE_WEB_WORKERS": "1"})
+    assert uvicorn[1:4] == ["-m", "uvicorn", "jobsite.asgi:application"]
+    assert uvicorn[uvicorn.index("--ws-per-message-deflate") + 1] == "false"
     ports = {p["name"]: p["containerPort"] for p in web["ports"]}
     for probe in (web["readinessProbe"], web["livenessProbe"]):
         assert probe["httpGet"]["path"] == "/healthz" and probe["httpGet"]["port"] in ports

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import pytest
 import pytest_asyncio
 from asgiref.sync import SyncToAsync
@@ -76,3 +80,36 @@ def admitted(job: Job):
     attempt = services.job_admit(job=Job.objects.get(pk=job.pk), backend="local",
                                  placement=[{"node": "local"} for _ in range(job.replicas)])
     return Job.objects.get(pk=job.pk), attempt
+
+
+@pytest.fixture
+def asgi_server(transactional_db, world):
+    """uvicorn serving ``jobsite.asgi:application`` in a thread, on the test database: its base URL."""
+    import uvicorn
+
+    from jobsite.asgi import application
+
+    # Server threads close their connection after each request, so nothing holds the test database open.
+    db_settings = connections["default"].settings_dict
+    max_age = db_settings.get("CONN_MAX_AGE", 0)
+    db_settings["CONN_MAX_AGE"] = 0
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # As production serves it (jobsite.serve_web): no per-message compression, the list's frames written as bytes.
+    server = uvicorn.Server(uvicorn.Config(application, lifespan="off", log_level="warning",
+                                           ws_per_message_deflate=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        db_settings["CONN_MAX_AGE"] = max_age

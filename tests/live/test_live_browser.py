@@ -1,6 +1,6 @@
 """The live dashboard in a real browser: Debian's Chromium (Playwright) against the ASGI app under uvicorn.
 
-pytest-django's live_server is WSGI-only and cannot serve WebSockets, so the ``asgi_server`` fixture runs
+pytest-django's live_server is WSGI-only and cannot serve WebSockets, so the ``asgi_server`` fixture (conftest) runs
 uvicorn with ``jobsite.asgi:application`` in a thread, on the test database, with the in-memory channel layer
 (the embedded default). The test drives the scheduler itself (``scheduler.passes.schedule_pass`` and
 ``scheduler.sync.sync_jobs`` in a thread it can pause), so every colour can be seen.
@@ -9,7 +9,6 @@ uvicorn with ``jobsite.asgi:application`` in a thread, on the test database, wit
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
@@ -21,6 +20,7 @@ from jobs.choices import Role
 from jobs.models import Job, Membership
 from scheduler.backend_factory import get_backend
 from tests.browser import ARTIFACTS, chromium
+from tests.live import conftest as live_conftest
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here between page actions are
 # plain synchronous code all the same.
@@ -73,34 +73,8 @@ class Scheduler(threading.Thread):
             connections.close_all()
 
 
-@pytest.fixture
-def asgi_server(transactional_db, world):
-    import uvicorn
-
-    from jobsite.asgi import application
-
-    # Server threads close their connection after each request, so nothing holds the test database open.
-    db_settings = connections["default"].settings_dict
-    max_age = db_settings.get("CONN_MAX_AGE", 0)
-    db_settings["CONN_MAX_AGE"] = 0
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(application, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-        db_settings["CONN_MAX_AGE"] = max_age
+# In tests/live/conftest.py; the other suites' browser tests import it from here.
+asgi_server = live_conftest.asgi_server
 
 
 @pytest.fixture

@@ -45,6 +45,20 @@ def test_each_change_is_rendered_once_as_the_list_row_in_one_query(submit, djang
     assert all(item["row"].startswith(f'<tr id="job-{item["id"]}"') for item in items)
 
 
+def test_rows_in_every_state_are_rendered_without_reading_a_column_per_row(submit, django_assert_num_queries):
+    """The row's query leaves out the columns it does not show (live_publisher.ROW_UNUSED_FIELDS): a row that read
+    one would cost a query per job. Queued, running over quota, ended: two queries (rows, queue positions)."""
+    queued = pending(submit("bob"), position=1)
+    running, _ = admitted(submit("pan", name="big"))
+    services.job_transition(job=running, phase=Phase.RUNNING, reason="Started", over_quota=True)
+    ended, _ = admitted(submit("bob"))
+    services.job_transition(job=ended, phase=Phase.FAILED, reason="Error", exit_code=3)
+    with django_assert_num_queries(2):
+        items = live_publisher.render_rows([queued.pk, running.pk, ended.pk])
+    rows = {item["id"]: item["row"] for item in items}
+    assert "#1 in" in rows[queued.pk] and "over quota" in rows[running.pk] and "big" in rows[running.pk]
+
+
 def test_publish_never_raises(monkeypatch, submit, caplog):
     job = submit("bob")
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.consumers import JobsConsumer
+from jobs.live_list import JobsConsumer
 
 pytestmark = pytest.mark.fast
 

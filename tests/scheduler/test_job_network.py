@@ -73,7 +73,7 @@ def test_the_namespace_command_lines(label, privileged, holder_user, enter_user,
     holder = holder_argv(f)
     assert holder[:2 + len(holder_user)] == ["/usr/bin/unshare", "--net", *holder_user], label
     assert holder[-3:] == ["jobsite-netns", "192.0.2.2/32", "169.254.0.0/16"]
-    assert "ip route add prohibit" in holder[-4] and "ip link set lo up" in holder[-4]
+    assert "route add prohibit" in holder[-4] and "link set lo up" in holder[-4]
     assert enter_argv(f, 42) == ["/usr/bin/nsenter", *enter_user, "--net=/proc/42/ns/net", "--"]
     slirp = slirp_argv(f, 42, ready_fd=5, exit_fd=6)
     assert slirp[0] == "/usr/bin/slirp4netns" and slirp[-2:] == ["42", "tap0"]
@@ -82,6 +82,22 @@ def test_the_namespace_command_lines(label, privileged, holder_user, enter_user,
         assert option in slirp, (label, option)
     assert NetFacts(mode="outbound", privileged=True, slirp="").outbound is False  # no slirp4netns: loopback only
     assert NetFacts(mode="none", privileged=True, slirp="/usr/bin/slirp4netns").outbound is False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="makes a network namespace: root")
+@pytest.mark.parametrize("blocked, ready", [
+    (("192.0.2.2/32", "169.254.0.0/16"), True),
+    (("192.0.2.2/32", "not-a-route", "169.254.0.0/16"), False),  # a route that cannot be added: no namespace
+])
+def test_the_holder_sets_its_namespace_up_or_fails(blocked, ready):
+    holder = holder_argv(NetFacts(mode="none", privileged=True, blocked=blocked))
+    script = holder.index("-c") + 1
+    holder[script] = holder[script].replace("exec cat >/dev/null", "ip route")  # shows its routes, not held
+    done = subprocess.run(holder, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert (done.returncode == 0 and done.stdout.startswith("ready")) is ready, done
+    if ready:  # the routes the namespace was given
+        assert "prohibit 192.0.2.2" in done.stdout and "prohibit 169.254.0.0/16" in done.stdout
 
 
 def test_scratch_space_is_bounded_and_the_resolver_shown():

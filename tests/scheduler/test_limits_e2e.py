@@ -235,3 +235,27 @@ def test_auto_without_a_controller_runs_and_says_so(submit, clock, settings, wit
     warning, ran = log_of(job).splitlines()
     assert warning.startswith("jobsite: WARNING: the cgroup controller(s) pids cannot be used") and ran == "ran"
     assert job.phase == Phase.SUCCEEDED
+
+
+def test_a_supervisor_finds_its_replica_in_its_cgroup_without_reading_every_process(monkeypatch, tmp_path):
+    """With a cgroup of its own, the replica's processes are the cgroup's members: one that dropped the replica's
+    marker and is no descendant of the supervisor is found, and the machine's process table is never read (the
+    supervisor looks while the sandbox starts, and again to sweep what the command left)."""
+    from scheduler.backends import local_runner
+
+    plan = cgroups.Plan(name=f"finder-test-{os.getpid()}", parents=get_backend().limits.parents)
+    limiter = local_runner.Limiter(plan, tmp_path)
+    assert limiter.create(open(os.devnull, "wb")) and limiter.cgroup is not None
+    stray = subprocess.Popen(["env", "-i", "sleep", "600"], preexec_fn=limiter.enter, start_new_session=True)
+    try:
+        def no_table(*args, **kwargs):
+            raise AssertionError("the process table was read")
+
+        monkeypatch.setattr(local_runner, "processes", no_table)
+        find = local_runner.finder("no-such-marker", limiter=limiter)
+        assert [p.pid for p in find()] == [stray.pid]
+        assert local_runner.sweep(find, grace=5) == []
+        assert stray.wait(30) is not None and find() == []
+    finally:
+        stray.kill()
+        limiter.end()

@@ -134,11 +134,11 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(submit, wor
 
 def test_active_deadline_times_out(submit):
     job = submit("bob", command="sleep 600", active_deadline_seconds=1)
-    run_until(job, {Phase.RUNNING})
-    run_until(job, {Phase.TERMINATING}, timeout=5)
-    assert job.reason == "DeadlineExceeded"
+    # The deadline counts from admission: on a busy machine a phase may pass between two looks.
+    run_until(job, {Phase.TERMINATING, Phase.TIMED_OUT}, timeout=30)
     run_until(job, {Phase.TIMED_OUT}, timeout=15)
     assert job.status == "TimedOut"
+    assert "DeadlineExceeded" in job.events.values_list("reason", flat=True)
 
 
 def test_replicas_get_rank_and_world_size(submit):

@@ -312,6 +312,53 @@ def test_another_installation_never_touches_these_processes(submit, clock, tmp_p
     assert [o.present for o in get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)] == [True]
 
 
+def test_an_ended_replica_is_read_from_its_files_and_one_that_left_a_process_is_present(submit, clock, monkeypatch):
+    """A replica whose supervisor killed all it left before writing the exit code is observed from its state files
+    alone (the process table, a read of every process on the machine, is not needed); one whose sweep could not kill
+    a process names it in ``left``, and is seen present while that process lives."""
+    job = submit("bob", command="true")
+    wait_for(job, {Phase.SUCCEEDED}, clock)
+    state = state_dir(job)
+    assert (state / "exit_code").exists() and not (state / local.LEFT_FILE).exists()
+
+    def no_table(*args, **kwargs):
+        raise AssertionError("the process table was read")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(local, "processes", no_table)
+        assert [(o.state, o.present) for o in get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)] \
+            == [("exited", False)]
+
+    stuck = subprocess.Popen(["sleep", "600"], env={**os.environ, local.MARKER: get_backend().marker(job.pk, 1, 0)})
+    try:
+        (state / local.LEFT_FILE).write_text(str(stuck.pid))
+        assert [(o.state, o.present) for o in get_backend().observe(job_id=job.pk, attempt_number=1, replicas=1)] \
+            == [("exited", True)]
+    finally:
+        stuck.kill()
+        stuck.wait()
+
+
+def test_the_sweep_names_what_it_could_not_kill(monkeypatch):
+    """A process the kill cannot end (stuck in the kernel; here: signals that reach nothing) is what the sweep
+    returns, for its supervisor to write in ``left``; nothing is returned when all ended."""
+    from scheduler.backends import local_runner
+
+    marker = "sweep-test:1:1:0"
+    stuck = subprocess.Popen(["sleep", "600"], env={**os.environ, local_runner.MARKER: marker})
+    try:
+        monkeypatch.setattr(local_runner, "KILL_WAIT_SECONDS", 0.2)
+        find = local_runner.finder(marker)  # no cgroup: by the marker, from the process table
+        with monkeypatch.context() as patched:
+            patched.setattr(local_runner, "send_all", lambda procs, sig: None)
+            assert [p.pid for p in local_runner.sweep(find, grace=0.1)] == [stuck.pid]
+        assert local_runner.sweep(find, grace=5) == []  # signals that reach it: it ended (and was reaped)
+        assert local_runner.live_process(stuck.pid) is None
+    finally:
+        stuck.kill()
+        stuck.wait()
+
+
 # --- the scheduler killed as it launches ------------------------------------------------------------------------
 
 LAUNCHER = """

@@ -76,3 +76,70 @@ def test_rounds_survive_postgresql_ending_their_connections():
                            "-p", "no:cacheprovider"], cwd=here.parents[2], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+# --- wake-ups ---------------------------------------------------------------------------------------------------
+
+
+def test_submits_wake_a_pass_but_no_sync_round_and_a_stop_wakes_both(submit, settings):
+    """A burst of submits costs passes only (the rounds as /metrics counts them); a stop needs a sync round, which
+    its wake-up asks for. The interval is long: any round after the first was woken."""
+    from prometheus_client import REGISTRY
+
+    from jobs import services
+    from jobs.models import Group, Job
+    from tests.live.conftest import admitted
+
+    def rounds(name: str) -> float:
+        return REGISTRY.get_sample_value(f"jobsite_scheduler_{name}_seconds_count") or 0.0
+
+    settings.JOBSITE_SCHEDULER_INTERVAL = 600
+    running, _ = admitted(submit("pan", command="sleep 600"))  # held by its attempt; never launched here
+    Group.objects.update(queue_stopped=True)  # nothing launched: the submits below are queued, never admitted
+    before = rounds("pass"), rounds("sync")
+    loop = SchedulerLoop(elector=Switch(leading=True))
+    loop.start()
+    try:
+        waiting.wait_for(lambda: rounds("pass") > before[0] and rounds("sync") > before[1], timeout=60,
+                         message="the first pass and sync round")
+        start = rounds("pass"), rounds("sync")
+        jobs = [submit("bob", command="sleep 600") for _ in range(5)]
+        waiting.wait_for(lambda: not Job.objects.filter(pk__in=[j.pk for j in jobs], phase=Phase.SUBMITTED).exists(),
+                         timeout=60, message="the submits decided by woken passes")
+        assert rounds("pass") > start[0] and rounds("sync") == start[1]
+        services.job_terminate(job=Job.objects.get(pk=running.pk), target=Phase.CANCELLED, reason="StoppedByUser",
+                               message="stopped")
+        waiting.wait_for(lambda: rounds("sync") > start[1], timeout=60, message="a sync round for the stop")
+    finally:
+        loop.stop()
+        loop.join(10)
+
+
+def test_a_round_whose_connection_fails_runs_again_up_to_its_tries():
+    """Two failures of the database connection (one lost, then none from the pool in its timeout) and the round
+    still runs; a third failure fails it, counted once, and scheduling goes on."""
+    from django.db import OperationalError
+    from prometheus_client import REGISTRY
+
+    from scheduler.loop import ROUND_TRIES
+
+    def count(metric: str) -> float:
+        return REGISTRY.get_sample_value(f"jobsite_scheduler_rounds_{metric}_total", {"round": "sync"}) or 0.0
+
+    def failing(times: int):
+        calls = []
+
+        def work():
+            calls.append(1)
+            if len(calls) <= times:
+                raise OperationalError("couldn't get a connection after 30.00 sec")
+        return work, calls
+
+    loop = SchedulerLoop(elector=Switch(leading=True))
+    retried, failed = count("retried"), count("failed")
+    work, calls = failing(ROUND_TRIES - 1)
+    assert loop._round("sync", work) is True and len(calls) == ROUND_TRIES
+    assert (count("retried") - retried, count("failed") - failed) == (ROUND_TRIES - 1, 0)
+    work, calls = failing(ROUND_TRIES)
+    assert loop._round("sync", work) is False and len(calls) == ROUND_TRIES
+    assert count("failed") - failed == 1

@@ -44,6 +44,7 @@ def test_gpu_charts_fit_and_show_figures(open_page, submit, name, viewport):
         telemetry_round(sampler, interval=10, now=t0 + timedelta(seconds=10 * i))
     page = open_page("bob", viewport)
     page.goto(f"{page.base}/jobs/{job.pk}/")
+    page.wait_for_function("() => window.jobsite && window.jobsite.received >= 1")  # the socket's first frame
     card = page.locator("#gpus-card")
     card.scroll_into_view_if_needed()
     assert card.locator("figure.gpu-chart").count() == 2

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.services.telemetry import downsample, idle_step, tiers_add
+from jobs.services.telemetry import downsample, idle_step, series_add
 
 pytestmark = pytest.mark.fast
 GIB = 1024**3
@@ -22,17 +22,53 @@ def test_downsample_averages_each_bucket():
     assert out == [[0, 20.0, 10 * GIB, 80 * GIB, 300.0, 60.0], [60, 90.0, 10 * GIB, 80 * GIB, 300.0, 60.0]]
 
 
-def test_a_gpu_day_stays_a_few_kb():
-    tiers: dict = {}
-    start = 1_700_000_000
-    for minute in range(0, 2 * 86400, 60):  # two days of 10 s samples, handed over a minute at a time
-        batch = [pt(start + minute + s, (minute + s) % 100) for s in range(0, 60, 10)]
-        tiers = tiers_add(tiers, batch, now=batch[-1][0])
-    assert len(tiers[10]) <= 361 and len(tiers[60]) <= 24 * 60 + 1
-    assert len(tiers[600]) == pytest.approx(86400 // 600, abs=2)  # the first day
-    size = len(json.dumps(tiers[10])) + len(json.dumps(tiers[60])) + len(json.dumps(tiers[600]))
-    assert size < 150_000  # the finest hour and day dominate; the life-long tier grows ~10 KB a day
-    assert len(json.dumps(tiers[600])) < 12_000
+H, D = 3600, 86400
+NOW = 1_700_006_400  # a multiple of 6 h
+
+
+@pytest.mark.parametrize("rows, points, now, written, deleted", [
+    # the first point makes its minute's 10 s row; the next of that minute is appended to it
+    ({}, [pt(NOW + 5)], NOW + 5, {(10, NOW): [pt(NOW + 5)]}, set()),
+    ({(10, NOW): [pt(NOW + 5)]}, [pt(NOW + 15)], NOW + 15, {(10, NOW): [pt(NOW + 5), pt(NOW + 15)]}, set()),
+    # a 10 s row an hour old becomes one 1 min point of its 10 min row, and goes
+    ({(10, NOW - H - 60): [pt(NOW - H - 60, 10), pt(NOW - H - 50, 30)], (10, NOW): []}, [pt(NOW)], NOW,
+     {(10, NOW): [pt(NOW)], (60, NOW - H - 600): [pt(NOW - H - 60, 20)]}, {(10, NOW - H - 60)}),
+    # not yet: its last 10 s are still within the hour
+    ({(10, NOW - H - 50): [pt(NOW - H - 50)]}, [pt(NOW)], NOW, {(10, NOW): [pt(NOW)]}, set()),
+    # appended to the 10 min row it falls in, in time order
+    ({(10, NOW - H - 60): [pt(NOW - H - 60, 10)], (60, NOW - H - 600): [pt(NOW - H - 600, 50)]}, [pt(NOW)], NOW,
+     {(10, NOW): [pt(NOW)], (60, NOW - H - 600): [pt(NOW - H - 600, 50), pt(NOW - H - 60, 10)]},
+     {(10, NOW - H - 60)}),
+    # a 10 min row of 1 min points a day old becomes one 10 min point of its 6 h row
+    ({(60, NOW - D - 600): [pt(NOW - D - 600, 40), pt(NOW - D - 540, 60)]}, [pt(NOW)], NOW,
+     {(10, NOW): [pt(NOW)], (600, NOW - D - 21600): [pt(NOW - D - 600, 50)]}, {(60, NOW - D - 600)}),
+    # after a gap of days a 10 s row folds through both levels
+    ({(10, NOW - 2 * D): [pt(NOW - 2 * D, 70)]}, [pt(NOW)], NOW,
+     {(10, NOW): [pt(NOW)], (600, NOW - 2 * D): [pt(NOW - 2 * D, 70)]}, {(10, NOW - 2 * D)}),
+])
+def test_series_add(rows, points, now, written, deleted):
+    assert series_add(rows, points, now) == (written, deleted)
+
+
+def test_a_gpu_day_stays_a_few_kb_and_each_round_writes_little():
+    """Two days of 10 s rounds through ``series_add``, the rows kept as the database would."""
+    rows: dict = {}
+    biggest_write = 0
+    for t in range(NOW, NOW + 2 * D, 10):
+        touched = {k: v for k, v in rows.items() if k == (10, t // 60 * 60) or k[1] <= t - H - 60 or k[0] == 600}
+        written, deleted = series_add(touched, [pt(t, t % 100)], now=t)
+        biggest_write = max(biggest_write, len(json.dumps(written[(10, t // 60 * 60)])))  # the round's own row
+        rows.update(written)
+        for key in deleted:
+            del rows[key]
+    assert max(len(v) for k, v in rows.items() if k[0] == 10) <= 6
+    assert len([k for k in rows if k[0] == 10]) == 61  # the last hour, a row a minute
+    assert len([k for k in rows if k[0] == 60]) == 23 * 6 + 1  # the day before it, a row per 10 min
+    long_term = [v for k, v in rows.items() if k[0] == 600]
+    assert len(long_term) == 4 and all(len(v) <= 36 for v in long_term)  # the first day, in 6 h rows
+    assert sum(len(v) for v in long_term) == 143  # the first day but its last 10 min, still at 1 min
+    assert len(json.dumps(long_term)) < 9_000  # ~8 KB of JSON a GPU-day for the job's life (bench: as stored)
+    assert biggest_write < 400  # six 10 s points (a 10 min or 6 h row: once a minute or once in 10 min)
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

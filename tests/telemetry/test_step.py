@@ -12,6 +12,8 @@ from jobs import services
 from jobs.choices import EventType, Phase
 from jobs.models import GpuSeries, Job, Notification
 from jobs.services.notifications import subscription_create
+from jobs.services.telemetry import gpu_points_record, gpu_series_compact
+from jobs.telemetry_selectors import gpu_timelines
 from scheduler.telemetry.dcgm import dcgm_parse
 from scheduler.telemetry.nvml import NvmlSampler
 from scheduler.telemetry.step import telemetry_round
@@ -49,8 +51,8 @@ def test_a_round_stores_each_gpu_of_the_job_and_its_mean(submit):
     now = timezone.now()
     assert telemetry_round(sampler, interval=10, now=now) == 1
     telemetry_round(sampler, interval=10, now=now + timedelta(seconds=10))
-    series = GpuSeries.objects.filter(attempt=job.current_attempt, resolution=10).order_by("gpu")
-    assert [(s.gpu, len(s.points), s.points[0][1]) for s in series] == [("0", 2, 97.0), ("1", 2, 0.0)]
+    timelines = gpu_timelines(job.current_attempt)
+    assert [(t.gpu, len(t.points), t.points[0][1]) for t in timelines] == [("0", 2, 97.0), ("1", 2, 0.0)]
     attempt = job.current_attempt
     attempt.refresh_from_db()
     assert (attempt.gpu_samples, attempt.gpu_util_mean) == (4, 48.5)
@@ -134,3 +136,18 @@ def test_a_dcgm_scrape_is_stored_per_pod_rank(submit, settings):
     series = GpuSeries.objects.filter(attempt=job.current_attempt).order_by("rank")
     assert [(s.rank, s.node, s.gpu, s.points[-1][1]) for s in series] == [(0, "gpu-node-a", "0", 93.0),
                                                                          (1, "gpu-node-a", "1", 0.0)]
+
+
+def test_the_passed_rows_of_an_ended_attempt_are_folded_to_10_min_points(submit):
+    attempt = running_on(submit, [0]).current_attempt
+    t0 = 1_700_006_400  # 30 min of 10 s rounds
+    for i in range(180):
+        gpu_points_record(attempt=attempt, readings=[(0, "local", "0", [t0 + 10 * i, i % 100, 1, 2, 3, 4])],
+                          interval=10)
+    assert gpu_series_compact(now=t0 + 1800) == 0  # the last hour: kept at 10 s
+    assert GpuSeries.objects.filter(attempt=attempt, resolution=10).count() == 30
+    assert gpu_series_compact(now=t0 + 2 * 86400) == 1  # two days on: 10 min points only, as for its life
+    assert list(GpuSeries.objects.filter(attempt=attempt).values_list("resolution", flat=True)) == [600]
+    assert [p[0] for p in gpu_timelines(attempt)[0].points] == [t0, t0 + 600, t0 + 1200]
+    assert gpu_timelines(attempt)[0].points[0][1] == pytest.approx(29.5)  # the mean of 0..59
+    assert gpu_series_compact(now=t0 + 3 * 86400) == 0

@@ -13,6 +13,7 @@ from jobs import services
 from jobs.choices import Phase
 from jobs.models import GpuSeries
 from scheduler.telemetry import step
+from tests.waiting import wait_for
 
 from .fake_nvml import FIXTURES
 
@@ -22,10 +23,11 @@ KUBERNETES = SimpleNamespace(name="kubernetes")
 
 @pytest.fixture
 def exporter():
-    body = {"text": ""}
+    body = {"text": "", "requests": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
+            body["requests"] += 1
             data = body["text"].encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -46,7 +48,7 @@ def exporter():
 
 @pytest.fixture(autouse=True)
 def _fresh_state(monkeypatch):
-    monkeypatch.setattr(step, "_state", {"next": 0.0, "sampler": None, "key": None})
+    monkeypatch.setattr(step, "_state", {"next": 0.0, "scrapes": None, "key": None})
 
 
 def test_tick_scrapes_once_per_interval_and_survives_a_garbled_scrape(submit, settings, exporter):
@@ -59,12 +61,18 @@ def test_tick_scrapes_once_per_interval_and_survives_a_garbled_scrape(submit, se
     services.job_transition(job=job, phase=Phase.RUNNING)
     body["text"] = (FIXTURES / "dcgm_scrape.txt").read_text().replace('pod="job-12-1-', f'pod="job-{job.pk}-1-')
 
-    step.telemetry_tick(KUBERNETES)
+    step.telemetry_tick(KUBERNETES)  # starts a read in its own thread; a later round stores it
+    wait_for(lambda: step.telemetry_tick(KUBERNETES) or GpuSeries.objects.exists(), timeout=30,
+             message="the scrape stored by a later round")
     step.telemetry_tick(KUBERNETES)  # within the interval: no second scrape
     assert sorted(len(s.points) for s in GpuSeries.objects.filter(resolution=10)) == [1, 1]
+    assert body["requests"] == 1
 
     step._state["next"] = 0.0
     body["text"] = 'DCGM_FI_DEV_GPU_UTIL{gpu="0" 12\n'  # garbled
+    step.telemetry_tick(KUBERNETES)
+    wait_for(lambda: body["requests"] == 2 and not step._state["scrapes"].thread.is_alive(), timeout=30,
+             message="the garbled scrape read")
     step.telemetry_tick(KUBERNETES)  # logged, not raised
     assert sorted(len(s.points) for s in GpuSeries.objects.filter(resolution=10)) == [1, 1]
 

@@ -27,7 +27,9 @@ def world_with_telemetry(submit, settings):
     job = sampled(submit, rounds=6)
     Attempt.objects.filter(pk=job.current_attempt.pk).update(started_at=timezone.now() - timedelta(hours=2))
     other = running_on(submit, [4, 5], instance_type="gpu-2")  # no readings of GPUs 4, 5: no telemetry
-    Attempt.objects.filter(pk=other.current_attempt.pk).update(started_at=timezone.now() - timedelta(days=1))
+    # Two days back: a day of its own with no readings whatever the time of day (one day back shares a day with the
+    # sampled job's start from midnight to 2 a.m.).
+    Attempt.objects.filter(pk=other.current_attempt.pk).update(started_at=timezone.now() - timedelta(days=2))
 
 
 def no_sideways(page):

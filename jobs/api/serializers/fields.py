@@ -3,6 +3,7 @@ priority and env fields, the serializer that names unknown fields, and the resou
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -150,3 +151,29 @@ class ResourceAmountsSerializer(serializers.Serializer):
     gpu = serializers.IntegerField(help_text="GPUs")
     cpu = serializers.IntegerField(help_text="CPU in millicores")
     memory = serializers.IntegerField(help_text="Memory in bytes")
+
+
+class FieldsBuiltOnce:
+    """A serializer whose fields are worked out once per class, then copied for each instance: ``get_fields``
+    depends on the class alone (its Meta and declared fields), and working it out (the model's field info, a field
+    built per column) cost more than the rest of a job's answer. The copies are unbound, as ``get_fields`` returns
+    them.
+
+    A plain field is copied shallowly: binding it sets attributes of its own (name, parent, source), and reading or
+    validating a value changes nothing of it (a deep copy builds the field again from its arguments: a fifth of a
+    submit's CPU). A field holding another (a nested serializer, a list's child) is copied deeply, so that no two
+    requests share the inner one, bound to one of them."""
+
+    def get_fields(self):
+        cls = type(self)
+        built = cls.__dict__.get("_fields_built_once")
+        if built is None:
+            built = super().get_fields()
+            cls._fields_built_once = built
+        return {name: copy.deepcopy(field) if _holds_fields(field) else copy.copy(field)
+                for name, field in built.items()}
+
+
+def _holds_fields(field: serializers.Field) -> bool:
+    """A nested serializer, or a field with a child (ListField, DictField) or a child relation."""
+    return isinstance(field, serializers.BaseSerializer) or any(hasattr(field, a) for a in ("child", "child_relation"))

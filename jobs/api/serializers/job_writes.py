@@ -16,10 +16,18 @@ from jobs.choices import JobType
 from jobs.dependencies import AFTER_MAX
 
 from .arrays import SweepField
-from .fields import EnvField, PriorityField, StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
+from .fields import (
+    EnvField,
+    FieldsBuiltOnce,
+    PriorityField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 
 
-class JobSubmitSerializer(StrictSerializer):
+class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
     """Types and bounds of a submission. Membership, allowed images/types, env names and quotas: the service."""
 
     name = StrictCharField(required=False, allow_blank=True, max_length=limits.NAME_MAX)

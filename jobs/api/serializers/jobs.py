@@ -13,10 +13,10 @@ from jobs.dependency_selectors import JobDependencies, dependencies_in_hand, job
 from jobs.models import Attempt, Job, JobEvent
 from jobs.selectors import job_events, with_queue_positions
 
-from .fields import PriorityField, ResourceAmountsSerializer
+from .fields import FieldsBuiltOnce, PriorityField, ResourceAmountsSerializer
 
 
-class AttemptSerializer(serializers.ModelSerializer):
+class AttemptSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     class Meta:
         model = Attempt
         fields = ["number", "node", "started_at", "running_at", "ended_at", "exit_code", "failed_rank", "outcome",
@@ -45,7 +45,7 @@ class AttemptDetailSerializer(AttemptSerializer):
         return attempt_logs(attempt)
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     attempt = serializers.SerializerMethodField()
 
     class Meta:
@@ -67,7 +67,7 @@ class JobListSerializer(serializers.ListSerializer):
         return super().to_representation(with_queue_positions(data.all() if hasattr(data, "all") else data))
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     """A job in lists. Needs ``group, user, image, instance_type, current_attempt`` selected with it.
 
     With ``context["vocabulary"]`` (``?vocabulary=mcli`` etc.) it adds ``vocabulary_status`` and, for ModelArts,
@@ -173,4 +173,5 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(EventSerializer(many=True))
     def get_events(self, job: Job) -> list[dict]:
-        return EventSerializer(job_events(job), many=True).data
+        recorded = getattr(job, "events_recorded", None)  # just submitted: its one event is in hand
+        return EventSerializer(job_events(job) if recorded is None else recorded, many=True).data

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -76,28 +76,47 @@ class JobActionsMixin:
         self._vocabulary_checked()
         user, key = request.user, submit.idempotency_key(request)
         fingerprint = submit.fingerprint(request.data) if key else ""
+        if isinstance(request.data, dict) and ("array" in request.data or "sweep" in request.data):
+            return self._create_array(request, key=key, fingerprint=fingerprint)
+        # A job: no look-up of the key first. A new key is recorded with the job; a key taken already (a retry)
+        # rolls that back, and so does a spec refused now, then the key's job is answered.
+        try:
+            spec = submit.job_spec_checked(user=user, data=request.data)
+        except exceptions.ValidationError:
+            job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint) if key else None
+            if job is None:
+                raise
+            return self._replayed(job)
+        try:
+            return self._answer(lambda: services.job_submit(user=user, spec=spec, idempotency_key=key,
+                                                            fingerprint=fingerprint),
+                                created=True, headers={"Idempotent-Replayed": "false"} if key else None)
+        except services.SubmitKeyTaken:
+            return self._replayed(self._key_holder(user=user, key=key, fingerprint=fingerprint))
+
+    def _create_array(self, request: Request, *, key: str, fingerprint: str) -> Response:
+        user = request.user
         job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint) if key else None
-        if job is None and isinstance(request.data, dict) and ("array" in request.data or "sweep" in request.data):
+        if job is None:
             try:
                 return array_submit_answer(request, key=key, fingerprint=fingerprint)
             except services.SubmitKeyTaken:
-                job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint)
-                if job is None:
-                    raise Conflict("A submit with the same Idempotency-Key is in progress; try again.") from None
-        if job is not None and job.array_id is not None:  # a replayed array submit: the array it made
-            return array_replay_answer(job.array, request=request)
+                job = self._key_holder(user=user, key=key, fingerprint=fingerprint)
+        return self._replayed(job)
+
+    @staticmethod
+    def _key_holder(*, user, key: str, fingerprint: str) -> Job:
+        """The job of the submit that holds ``key`` (it committed first); 409 when it has not committed yet."""
+        job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint)
         if job is None:
-            spec = submit.job_spec_checked(user=user, data=request.data)
-            try:
-                return self._answer(lambda: services.job_submit(user=user, spec=spec, idempotency_key=key,
-                                                                fingerprint=fingerprint),
-                                    created=True, headers={"Idempotent-Replayed": "false"} if key else None)
-            except services.SubmitKeyTaken:
-                # A concurrent submit with the same key committed first: answer its job.
-                job = submit.submitted_with(user=user, key=key, fingerprint=fingerprint)
-                if job is None:
-                    raise Conflict("A submit with the same Idempotency-Key is in progress; try again.") from None
-        location = reverse("api:job-detail", kwargs={"pk": job.pk}, request=request)  # a replay: its detail now
+            raise Conflict("A submit with the same Idempotency-Key is in progress; try again.")
+        return job
+
+    def _replayed(self, job: Job) -> Response:
+        """A retried submit: what the first one made (the array, for an array member), as it is now."""
+        if job.array_id is not None:
+            return array_replay_answer(job.array, request=self.request)
+        location = reverse("api:job-detail", kwargs={"pk": job.pk}, request=self.request)
         return self._detail(job, status_code=status.HTTP_201_CREATED,
                             headers={"Location": location, "Idempotent-Replayed": "true"})
 

@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend with the pool's check of jobsite.dbpool (settings: DATABASES' ENGINE)."""

@@ -1,0 +1,56 @@
+"""A job's serializers work their fields out from the model once per class (``FieldsBuiltOnce``), and each
+instance still gets fields of its own."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework import serializers
+
+from jobs.api.serializers.job_writes import JobSubmitSerializer
+from jobs.api.serializers.jobs import EventSerializer, JobDetailSerializer, JobSerializer
+
+pytestmark = pytest.mark.fast
+
+
+def test_fields_are_worked_out_once_per_class_and_copied_for_each_instance(monkeypatch):
+    class Probe(EventSerializer):  # a class of its own: nothing built yet
+        pass
+
+    calls = []
+    original = serializers.ModelSerializer.get_fields
+    monkeypatch.setattr(serializers.ModelSerializer, "get_fields", lambda self: calls.append(self) or original(self))
+
+    first, second = Probe(), Probe()
+    assert list(first.fields) == list(second.fields) == ["time", "type", "reason", "message", "attempt"]
+    assert len(calls) == 1
+    for name in first.fields:
+        assert first.fields[name] is not second.fields[name]
+        assert first.fields[name].parent is first and second.fields[name].parent is second
+
+
+@pytest.mark.parametrize("first", [JobSerializer, JobDetailSerializer])
+def test_a_subclass_and_its_parent_keep_their_own_fields(first):
+    assert first().fields  # whichever is worked out first
+    assert {"attempts", "events", "after", "waited_by"} <= set(JobDetailSerializer().fields)
+    assert not {"attempts", "events", "after", "waited_by"} & set(JobSerializer().fields)
+
+
+@pytest.mark.parametrize("serializer", [JobDetailSerializer, JobSubmitSerializer])
+def test_two_requests_never_share_a_field_nor_a_nested_one(serializer):
+    """Plain fields are copied shallowly (binding sets only their own attributes); a field holding another (the
+    detail's attempts and events, a submit's lists) is copied deeply: two requests at once never share one, bound
+    to the other's serializer and its context."""
+    first, second = serializer(context={"who": 1}), serializer(context={"who": 2})
+    holders = 0
+    for name, field in first.fields.items():
+        other = second.fields[name]
+        assert field is not other and field.parent is first and other.parent is second, name
+        assert field.context == {"who": 1} and other.context == {"who": 2}
+        assert (field.field_name, field.source_attrs) == (other.field_name, other.source_attrs) == (
+            name, field.source.split(".") if field.source != "*" else [])
+        inner = getattr(field, "child", None)
+        if inner is not None:
+            holders += 1
+            assert inner is not other.child and inner.parent is field and other.child.parent is other, name
+            assert inner.root is first and other.child.root is second
+    assert holders >= 1
