@@ -13,16 +13,24 @@ from jobs import services
 from jobs.choices import Phase, Priority
 from jobs.models import Attempt, Job
 from jobs.ports import base_url
+from jobs.prepared import Prepared
 
 from .backends.base import Backend, LaunchError
 from .values import LaunchReplica, LaunchSpec
+
+JOB_TO_LAUNCH = Prepared(lambda pk: Job.objects.select_related("current_attempt", "group", "user", "instance_type",
+                                                           "image").filter(pk=pk), pk=int)
+
+STILL_PREPARING = Prepared(lambda pk, attempt_id: Job.objects.filter(pk=pk, phase=Phase.PREPARING,
+                                                                     current_attempt_id=attempt_id)
+                           .values_list("pk", flat=True), pk=int, attempt_id=int)
 
 
 def attempt_launch(job_id: int, *, backend: Backend, launch: Callable[[LaunchSpec], dict] | None = None) -> None:
     """Start the processes/pods of a job's current attempt. Runs after the admission has committed.
 
     ``launch`` makes the backend call (default: ``backend.launch``; the actuator's remembers a launch cut short)."""
-    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type", "image").get(pk=job_id)
+    job = JOB_TO_LAUNCH.get(pk=job_id)
     attempt = job.current_attempt
     if job.phase != Phase.PREPARING or attempt is None:
         return
@@ -32,7 +40,7 @@ def attempt_launch(job_id: int, *, backend: Backend, launch: Callable[[LaunchSpe
     spec = launch_spec(job, attempt)
     # Cancelled (or otherwise moved on) since it was read: nothing starts. A cancel after this check finds the
     # launch claimed and stops the attempt; the backend keeps a stopped replica from starting its command.
-    if not Job.objects.filter(pk=job.pk, phase=Phase.PREPARING, current_attempt=attempt).exists():
+    if not STILL_PREPARING.all(pk=job.pk, attempt_id=attempt.pk):
         return
     try:
         data = (launch or backend.launch)(spec)
@@ -79,7 +87,7 @@ def launch_spec(job: Job, attempt: Attempt) -> LaunchSpec:
 
 def attempt_relaunch(job_id: int, *, backend: Backend, launch: Callable[[LaunchSpec], dict] | None = None) -> None:
     """Start the replicas of the current attempt again, in place (interactive jobs)."""
-    job = Job.objects.select_related("current_attempt", "group", "user", "instance_type", "image").get(pk=job_id)
+    job = JOB_TO_LAUNCH.get(pk=job_id)
     if job.phase == Phase.RUNNING and job.current_attempt is not None:
         (launch or backend.launch)(launch_spec(job, job.current_attempt))
 

@@ -22,6 +22,7 @@ from django.utils import timezone
 from jobs import services
 from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
 from jobs.models import Attempt, Job, JobEvent
+from jobs.prepared import Prepared
 from jobs.state_machine import InvalidTransition
 
 from .actuator import Actuator, get_actuator
@@ -61,13 +62,16 @@ def timing_for(backend: Backend) -> Timing:
         max_disruptions=settings.JOBSITE_K8S_MAX_DISRUPTIONS,
     )
 
+# The jobs holding resources on a backend, with their attempts: read by every sync round, compiled once.
+HOLDING = Prepared(lambda backend: Job.objects.filter(phase__in=RESOURCE_PHASES, current_attempt__backend=backend)
+                   .select_related("current_attempt"), backend=str)
+
 
 def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) -> int:
     backend = backend or get_backend()
     actuator = get_actuator(backend)
     timing = timing_for(backend)
-    jobs = list(Job.objects.filter(phase__in=RESOURCE_PHASES, current_attempt__backend=backend.name)
-                .select_related("current_attempt"))
+    jobs = HOLDING.all(backend=backend.name)
     # One read of the attempts that count against limits: requeues (of jobs still preparing) and disruptions.
     preparing = {j.pk for j in jobs if j.phase == Phase.PREPARING}
     requeues, disruptions = Counter(), Counter()

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from ..choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
 from ..models import Job
+from ..prepared import Prepared
 from ..state_machine import ERROR_STATUSES, InvalidTransition, check_transition
 from ..wakeup import request_pass
 from .dependencies import dependents_on_end
@@ -61,6 +62,11 @@ WARNING_REASONS = frozenset({
 })
 
 
+# The job a transition moves, locked, with its current attempt: the hottest read of all, compiled once.
+JOB_LOCKED = Prepared(lambda pk: Job.objects.select_for_update(of=("self",)).select_related("current_attempt")
+                      .filter(pk=pk), pk=int)
+
+
 @transaction.atomic
 def job_transition(
     *,
@@ -84,7 +90,7 @@ def job_transition(
     that changes neither phase, status nor reason only refreshes message/position and writes no event.
     """
     now = now or timezone.now()
-    current = Job.objects.select_for_update(of=("self",)).select_related("current_attempt").get(pk=job.pk)
+    current = JOB_LOCKED.get(pk=job.pk)
     if from_phases is not None and current.phase not in from_phases:
         raise InvalidTransition(current.phase, phase)
     check_transition(current.phase, phase)

@@ -1,0 +1,102 @@
+"""Hot queries compiled to SQL once: a queryset built with stand-in values, compiled on first use, then run again
+with each call's values put in their places.
+
+Building and compiling a queryset (the filter's lookups, the joins of ``select_related``, the columns, the ordering)
+costs the scheduler and the web far more CPU than the database spends answering the hottest reads, the job a
+transition locks above all. A ``Prepared`` query keeps Django's compiler of its first run and its SQL; each later
+call copies that compiler, gives it the SQL with its own values, and lets Django's own iterable build the rows, so
+what comes back is exactly what the queryset gives (model instances with their related objects, or value tuples).
+
+A value that the queryset does not pass through as it is (a lookup that rewrites it, an ``__in`` list) cannot be
+found among the compiled parameters: such a query is then built and compiled on every call, as any other."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.db.models import Model, QuerySet
+from django.db.transaction import TransactionManagementError
+
+_STAND_INS = itertools.count(2_000_000_011, 7)  # integers no query of the project holds, inside a 32-bit column
+_lock = threading.Lock()
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    template: QuerySet
+    compiler: Any
+    sql: str
+    params: tuple
+    places: tuple[tuple[int, str], ...]  # (position among the params, name of the value)
+
+
+class Prepared:
+    """``build(**values)`` returns the queryset; ``kinds`` says what each value is (``int`` or ``str``)."""
+
+    def __init__(self, build: Callable[..., QuerySet], **kinds: type):
+        self.build = build
+        self.names = tuple(inspect.signature(build).parameters)
+        if set(self.names) != set(kinds) or any(kind not in (int, str) for kind in kinds.values()):
+            raise TypeError(f"name each of {self.names} as int or str")
+        self.kinds = kinds
+        self._compiled: _Compiled | None | object = _UNSET
+
+    def all(self, **values: Any) -> list:
+        """The queryset's rows for these values, as iterating it would give them."""
+        queryset = self._queryset(values)
+        return list(queryset)
+
+    def get(self, **values: Any) -> Model:
+        """The one row for these values: ``DoesNotExist`` when none, ``MultipleObjectsReturned`` when several."""
+        rows = self.all(**values)
+        if len(rows) == 1:
+            return rows[0]
+        model = self.build(**values).model
+        if not rows:
+            raise model.DoesNotExist(f"{model._meta.object_name} matching {values} does not exist.")
+        raise model.MultipleObjectsReturned(f"{len(rows)} {model._meta.object_name} rows match {values}.")
+
+    def _queryset(self, values: dict[str, Any]) -> QuerySet:
+        if set(values) != set(self.names):
+            raise TypeError(f"give exactly {self.names}")
+        if self._compiled is _UNSET:
+            with _lock:
+                if self._compiled is _UNSET:
+                    self._compiled = self._compile()
+        compiled = self._compiled
+        if compiled is None:
+            return self.build(**values)
+        params = list(compiled.params)
+        for position, name in compiled.places:
+            params[position] = values[name]
+        connection = connections[compiled.template.db]  # this thread's
+        if compiled.template.query.select_for_update and connection.get_autocommit():
+            raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
+        compiler = copy.copy(compiled.compiler)
+        compiler.connection = connection
+        sql, bound = compiled.sql, tuple(params)
+        compiler.as_sql = lambda *args, **kwargs: (sql, bound)
+        queryset = compiled.template._chain()
+        queryset.query.get_compiler = lambda *args, **kwargs: compiler
+        return queryset
+
+    def _compile(self) -> _Compiled | None:
+        stand_ins = {name: (next(_STAND_INS) if kind is int else f"\x1eprepared:{name}:{next(_STAND_INS)}\x1e")
+                     for name, kind in self.kinds.items()}
+        template = self.build(**stand_ins)
+        compiler = template.query.get_compiler(using=template.db)
+        sql, params = compiler.as_sql()
+        places = tuple((position, name) for position, param in enumerate(params)
+                       for name, stand_in in stand_ins.items()
+                       if type(param) is type(stand_in) and param == stand_in)
+        if {name for _, name in places} != set(stand_ins):
+            return None  # a value the queryset rewrote: built on every call
+        return _Compiled(template=template, compiler=compiler, sql=sql, params=tuple(params), places=places)

@@ -1,0 +1,89 @@
+"""A prepared query (jobs.prepared) answers exactly what its queryset answers, for each call's own values, from SQL
+compiled once."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.db.models.sql.compiler import SQLCompiler
+from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
+
+from jobs.models import Attempt, Job
+from jobs.prepared import Prepared
+
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
+
+WITH_ATTEMPT = Prepared(lambda pk: Job.objects.select_related("current_attempt", "group").filter(pk=pk), pk=int)
+
+
+def attempt_of(job: Job) -> Attempt:
+    attempt = Attempt.objects.create(job=job, number=1, replicas=1, backend="local")
+    Job.objects.filter(pk=job.pk).update(current_attempt=attempt)
+    return attempt
+
+
+def test_each_call_gets_its_own_row_with_its_related_objects_in_one_query(submit):
+    first, second = submit("bob"), submit("pan", group="phusers")
+    attempt = attempt_of(second)
+    for job in (first, second, first):
+        with CaptureQueriesContext(connection) as queries:
+            got = WITH_ATTEMPT.get(pk=job.pk)
+            related = (got.current_attempt, got.group.name)
+        assert len(queries) == 1
+        assert (got.pk, got.name, got.user_id) == (job.pk, job.name, job.user_id)
+        assert related == ((attempt if job == second else None), "phusers")
+    assert WITH_ATTEMPT.all(pk=first.pk) == [first]
+
+
+def test_sql_is_compiled_once_and_values_never_leak_between_calls(submit, monkeypatch):
+    jobs = [submit("bob") for _ in range(3)]
+    query = Prepared(lambda user, phase: Job.objects.filter(user__username=user, phase=phase).order_by("pk")
+                     .values_list("pk", flat=True), user=str, phase=str)
+    assert query.all(user="bob", phase=jobs[0].phase) == [j.pk for j in jobs]
+    monkeypatch.setattr(SQLCompiler, "as_sql", lambda *a, **k: pytest.fail("compiled again"))
+    assert query.all(user="pan", phase=jobs[0].phase) == []
+    assert query.all(user="bob", phase="Running") == []
+    assert query.all(user="bob", phase=jobs[0].phase) == [j.pk for j in jobs]
+
+
+def test_a_miss_and_several_rows_raise_as_get_does(submit):
+    job = submit("bob")
+    with pytest.raises(Job.DoesNotExist):
+        WITH_ATTEMPT.get(pk=job.pk + 1000)
+    submit("bob")
+    by_user = Prepared(lambda user_id: Job.objects.filter(user_id=user_id), user_id=int)
+    with pytest.raises(Job.MultipleObjectsReturned):
+        by_user.get(user_id=job.user_id)
+
+
+def test_a_value_the_queryset_rewrites_is_built_on_every_call(submit):
+    job = submit("bob", name="alpha-run")
+    submit("bob", name="beta-run")
+    containing = Prepared(lambda part: Job.objects.filter(name__icontains=part).values_list("name", flat=True),
+                          part=str)
+    assert containing.all(part="ALPHA") == ["alpha-run"]
+    assert sorted(containing.all(part="-run")) == ["alpha-run", "beta-run"]
+    assert containing.all(part=job.name[:3]) == ["alpha-run"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_locking_read_needs_a_transaction_and_locks(submit):
+    job = submit("bob")
+    locked = Prepared(lambda pk: Job.objects.select_for_update(of=("self",)).filter(pk=pk), pk=int)
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        assert locked.get(pk=job.pk) == job
+    assert "FOR UPDATE" in queries.captured_queries[-1]["sql"]
+    with pytest.raises(TransactionManagementError):
+        locked.get(pk=job.pk)
+    with transaction.atomic():
+        assert locked.get(pk=job.pk) == job
+
+
+def test_only_int_and_str_values_named_as_the_builder_names_them():
+    with pytest.raises(TypeError):
+        Prepared(lambda pk: Job.objects.filter(pk=pk), key=int)
+    with pytest.raises(TypeError):
+        Prepared(lambda pk: Job.objects.filter(pk=pk), pk=float)
+    with pytest.raises(TypeError):
+        WITH_ATTEMPT.all(id=1)
