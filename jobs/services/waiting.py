@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Case, Q, TextField, Value, When
 from django.utils import timezone
 
@@ -84,8 +85,8 @@ def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
     """Write ``fields`` of many jobs at once and publish them after commit (one query, one small message each)."""
     if not jobs:
         return
-    if connection.vendor == "postgresql":
-        _update_from_values(jobs, fields)
+    if connection.vendor in ("postgresql", "sqlite"):
+        update_from_values(jobs, fields, connection)
     else:
         Job.objects.bulk_update(jobs, fields, batch_size=1000)
     from ..live_publisher import publish_job_changes
@@ -94,19 +95,27 @@ def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
     transaction.on_commit(lambda: publish_job_changes(changed), robust=True)
 
 
-def _update_from_values(jobs: list[Job], fields: list[str], batch: int = 5000) -> None:
-    """PostgreSQL: ``UPDATE … FROM (VALUES …)``, one statement per ``batch`` jobs (Django's ``bulk_update`` builds a
-    CASE per field and row, which takes seconds of Python for thousands of rows)."""
+def update_from_values(jobs: list[Job], fields: list[str], db: BaseDatabaseWrapper, batch: int = 5000) -> None:
+    """PostgreSQL and SQLite: ``UPDATE … FROM (VALUES …)``, one statement per ``batch`` jobs (Django's
+    ``bulk_update`` builds a CASE per field and row: seconds of Python for thousands of rows, and most of a small
+    update's CPU). SQLite names the columns of VALUES column1, column2, … and has no casts to need."""
     columns = [Job._meta.get_field(f) for f in fields]
-    row = "(%s::bigint, " + ", ".join(f"%s::{c.db_type(connection)}" for c in columns) + ")"
-    names = ", ".join(["id", *(c.column for c in columns)])
-    sets = ", ".join(f"{c.column} = v.{c.column}" for c in columns)
-    with connection.cursor() as cursor:
+    if db.vendor == "postgresql":
+        row = "(%s::bigint, " + ", ".join(f"%s::{c.db_type(db)}" for c in columns) + ")"
+        names = ["id", *(c.column for c in columns)]
+        source = f"v({', '.join(names)})"
+    else:
+        row = "(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"
+        names = [f"column{n}" for n in range(1, len(columns) + 2)]
+        source = "v"
+        batch = min(batch, db.features.max_query_params // len(names))
+    sets = ", ".join(f"{c.column} = v.{name}" for c, name in zip(columns, names[1:], strict=True))
+    with db.cursor() as cursor:
         for start in range(0, len(jobs), batch):
             chunk = jobs[start:start + batch]
             params: list[Any] = []
             for job in chunk:
                 params.append(job.pk)
-                params.extend(c.get_db_prep_save(getattr(job, c.attname), connection) for c in columns)
+                params.extend(c.get_db_prep_save(getattr(job, c.attname), db) for c in columns)
             cursor.execute(f"UPDATE {Job._meta.db_table} AS j SET {sets} FROM (VALUES {', '.join([row] * len(chunk))}) "
-                           f"AS v({names}) WHERE j.id = v.id", params)
+                           f"AS {source} WHERE j.id = v.{names[0]}", params)

@@ -5,6 +5,8 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobs import durations, selectors, services
@@ -254,3 +256,31 @@ def test_estimate_text(phase, position, start, basis, text):
     elif start:
         start = timezone.make_aware(datetime.fromisoformat(start))
     assert estimate_text(phase, position, start, basis) == text
+
+
+def test_many_estimates_are_written_in_one_statement_per_batch_on_sqlite_too(tmp_path):
+    """The embedded default's SQLite takes the same ``UPDATE … FROM (VALUES …)`` as PostgreSQL (its VALUES columns
+    named column1, …), batched under its limit of parameters; a row not named keeps its values."""
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    from jobs.services.waiting import update_from_values
+
+    db = DatabaseWrapper({**connection.settings_dict, "ENGINE": "django.db.backends.sqlite3",
+                          "NAME": str(tmp_path / "estimates.sqlite3"), "OPTIONS": {}}, alias="sqlite-test")
+    table = Job._meta.db_table
+    with db.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {table} (id integer PRIMARY KEY, estimated_start datetime NULL, "
+                       "estimate_basis varchar(16) NOT NULL)")
+        cursor.executemany(f"INSERT INTO {table} VALUES (%s, NULL, '')", [(n,) for n in range(1, 1002)])
+    start = timezone.now().replace(microsecond=0)
+    jobs = [Job(pk=n, estimated_start=start + timedelta(minutes=n), estimate_basis="history") for n in range(1, 1001)]
+    with CaptureQueriesContext(db) as queries:
+        update_from_values(jobs, ["estimated_start", "estimate_basis"], db)
+    assert len(queries) == 4  # 333 rows a statement: 999 parameters at most
+    with db.cursor() as cursor:
+        cursor.execute(f"SELECT id, estimated_start, estimate_basis FROM {table} WHERE id IN (1, 1000, 1001)")
+        rows = {n: (db.ops.convert_datetimefield_value(when, None, db) if when else None, basis)
+                for n, when, basis in cursor.fetchall()}
+    db.close()
+    assert rows == {1: (start + timedelta(minutes=1), "history"), 1000: (start + timedelta(minutes=1000), "history"),
+                    1001: (None, "")}
