@@ -10,10 +10,11 @@ soon as the last is answered (the machine's saturation: p95 is then the submitte
 group's queue first, so nothing is launched and the submits alone are measured. It prints the answers by HTTP status
 (and the first error of each), the submit latency p50/p95/p99 beside the goal (p95 <= 300 ms), the CPU seconds the
 web processes and all of the topology's processes spent (per submit too, and by kind of process, beside the
-submitters' own), the database's statements per submit (pg_stat_statements when it is loaded, else its
-transactions), the machine's load before and after, and the peak number of PostgreSQL connections the web processes
-held (its established TCP connections to PostgreSQL, sampled with `ss`), next to the peak of all connections to the
-database (pg_stat_activity: web, scheduler and worker together).
+submitters' own), the whole machine's busy CPU less the submitters' (PostgreSQL's and Redis' too), the database's
+statements per submit (pg_stat_statements when it is loaded, else its transactions), the machine's load before and
+after, and the peak number of PostgreSQL connections the web processes held (its established TCP connections to
+PostgreSQL, sampled with `ss`), next to the peak of all connections to the database (pg_stat_activity: web,
+scheduler and worker together).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from chaos_topology import free_port, request  # noqa: E402  (the HTTP call the chaos run makes too)
-from proc_cpu import cpu_by_label, cpu_seconds, session_pids  # noqa: E402  (bench/, the script's own directory)
+from proc_cpu import cpu_by_label, cpu_seconds, machine_busy_seconds, session_pids  # noqa: E402  (bench/)
 
 PG = "postgres://postgres@127.0.0.1:5432"
 USERS = ["bob", "pan", "lin"]
@@ -192,6 +193,7 @@ def main() -> None:
         cpu_before = (cpu_seconds(web_pids), cpu_seconds(all_pids))
         by_label_before = cpu_by_label(all_pids)
         client_before = time.process_time()
+        machine_before = machine_busy_seconds()
         db_before = db_counters(args.database)
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=args.submitters) as pool:
@@ -202,6 +204,7 @@ def main() -> None:
         all_cpu = cpu_seconds(all_pids) - cpu_before[1]
         by_label = {k: v - by_label_before.get(k, 0.0) for k, v in cpu_by_label(all_pids).items()}
         client_cpu = time.process_time() - client_before
+        machine = machine_busy_seconds() - machine_before - client_cpu
         load_after = os.getloadavg()
         stop.set()
         sampler.join(timeout=10)
@@ -227,6 +230,8 @@ def main() -> None:
             print(f"  {name}: {seconds:.1f} s ({seconds / sent * 1000:.1f} ms a submit)")
     print(f"the submitters themselves (this process): {client_cpu:.1f} s CPU "
           f"({client_cpu / sent * 1000:.1f} ms a submit)")
+    print(f"the machine's busy CPU (PostgreSQL and Redis too), less the submitters: {machine:.1f} s "
+          f"({machine / sent * 1000:.1f} ms a submit)")
     xacts, calls = db_after[0] - db_before[0], None if db_after[1] is None else db_after[1] - db_before[1]
     print(f"database: {xacts / sent:.1f} transactions a submit (all processes)"
           + ("" if calls is None else f", {calls / sent:.1f} statements a submit (pg_stat_statements)"))
