@@ -94,13 +94,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 else:
-    # A pool per process (psycopg_pool) instead of persistent connections: under ASGI every sync-to-async thread
-    # kept its own connection, so one web process could exhaust PostgreSQL's max_connections under load. With the
-    # pool a process holds at most JOBSITE_DB_POOL_MAX connections whatever the load; a request waits up to
-    # JOBSITE_DB_POOL_TIMEOUT seconds for one. JOBSITE_DB_POOL=false goes back to a connection per thread
-    # (CONN_MAX_AGE, default 60 s), e.g. behind an external pooler. The pool checks a connection (an empty query)
-    # before handing it out and replaces one the server has ended (a restart, a failover, pg_terminate_backend);
-    # one found dead sweeps the pool of the others (jobsite.dbpool). JOBSITE_DB_POOL_CHECK=false saves that trip.
+    # A pool per process (psycopg_pool): under ASGI every sync-to-async thread kept its own connection, so one web
+    # process could exhaust max_connections. A process holds at most JOBSITE_DB_POOL_MAX connections; a request
+    # waits up to JOBSITE_DB_POOL_TIMEOUT s for one. JOBSITE_DB_POOL=false: a connection per thread (CONN_MAX_AGE),
+    # e.g. behind an external pooler. The pool checks a connection before handing it out (JOBSITE_DB_POOL_CHECK)
+    # and replaces one the server ended; one found dead sweeps the others (jobsite.dbpool).
     if env.bool("JOBSITE_DB_POOL", default=True):
         DATABASES["default"].update(  # the pool requires CONN_MAX_AGE=0
             ENGINE="jobsite.postgresql", CONN_MAX_AGE=0,
