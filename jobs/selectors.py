@@ -267,43 +267,25 @@ def group_queue(group: Group) -> QuerySet[Job]:
 # The scheduler's queue order among the waiting (PENDING) jobs of a group: a nominated job (reason Preempting) first,
 # then priority, then queued time (scheduler.core decides in this order).
 QUEUE_ORDER_SQL = ("CASE WHEN j.reason = 'Preempting' THEN 0 ELSE 1 END, j.priority DESC, j.queued_at, j.id")
-COUNT_AHEAD_MAX = 4  # positions of at most this many jobs are counted one by one; more, ranked in one window
-
-
-def _queue_key(alias: str) -> str:
-    """The queue order as a row value that sorts ascending (priority negated): what ``QUEUE_ORDER_SQL`` orders."""
-    a = alias
-    return f"CASE WHEN {a}.reason = 'Preempting' THEN 0 ELSE 1 END, -{a}.priority, {a}.queued_at, {a}.id"
 
 
 def queue_positions(job_ids: Iterable[int]) -> dict[int, int]:
     """The queue position (1..n in its group, among the queued jobs: not those waiting on a dependency) of each of
-    ``job_ids`` that is PENDING: {job id: position}. Derived when read, in one query, so a scheduling pass never
-    rewrites positions when the jobs ahead move. For a few jobs (a submit's answer, a changed row) it counts the
-    jobs ahead of each, which reads the queue once and sorts nothing; for more (a list page) it ranks the queues
-    of their groups with a window function, once for all."""
+    ``job_ids`` that is PENDING:
+    {job id: position}. Derived when read, in one query (a window function over the queue order of those jobs'
+    groups), so a scheduling pass never rewrites positions when the jobs ahead move."""
     ids = sorted({int(i) for i in job_ids})
     if not ids:
         return {}
     table = Job._meta.db_table
     marks = ", ".join(["%s"] * len(ids))
-    if len(ids) <= COUNT_AHEAD_MAX:
-        sql = (
-            f"SELECT j.id, 1 + (SELECT COUNT(*) FROM {table} k WHERE k.group_id = j.group_id AND k.phase = %s AND NOT "
-            f"k.dependency_wait AND ({_queue_key('k')}) < ({_queue_key('j')})) FROM {table} j WHERE j.id IN ({marks}) "
-            f"AND j.phase = %s AND NOT j.dependency_wait"
-        )
-        params = ["PENDING", *ids, "PENDING"]
-    else:
-        sql = (
-            f"SELECT r.id, r.position FROM (SELECT j.id, ROW_NUMBER() OVER (PARTITION BY j.group_id ORDER BY "
-            f"{QUEUE_ORDER_SQL}) AS position FROM {table} j WHERE j.phase = %s AND NOT j.dependency_wait AND "
-            f"j.group_id IN (SELECT k.group_id FROM {table} k WHERE k.id IN ({marks}) AND k.phase = %s)) r "
-            f"WHERE r.id IN ({marks})"
-        )
-        params = ["PENDING", *ids, "PENDING", *ids]
+    sql = (
+        f"SELECT r.id, r.position FROM (SELECT j.id, ROW_NUMBER() OVER (PARTITION BY j.group_id ORDER BY "
+        f"{QUEUE_ORDER_SQL}) AS position FROM {table} j WHERE j.phase = %s AND NOT j.dependency_wait AND j.group_id IN "
+        f"(SELECT k.group_id FROM {table} k WHERE k.id IN ({marks}) AND k.phase = %s)) r WHERE r.id IN ({marks})"
+    )
     with connections[Job.objects.db].cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, ["PENDING", *ids, "PENDING", *ids])
         return dict(cursor.fetchall())
 
 
