@@ -5,9 +5,9 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/jobsite_bench_prepared SECRET_KEY=... \
         .venv/bin/python bench/prepared_reads.py [--calls 3000]
 
-For each read (the job a transition locks, the job a launch reads with its five related rows, a sync round's jobs
-holding resources) it prints the CPU microseconds a call of this process, both ways, over the same rows, with the
-queries a call makes and the load average.
+For each read (the job a transition locks, the job a launch reads with its five related rows, an API request's token
+and user, a sync round's jobs holding resources) it prints the CPU microseconds a call of this process, both ways,
+over the same rows, with the queries a call makes and the load average.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
+from rest_framework.authtoken.models import Token  # noqa: E402
 
+from jobs.api.auth import TOKEN_WITH_USER  # noqa: E402
 from jobs.choices import RESOURCE_PHASES, Phase  # noqa: E402
 from jobs.models import Attempt, Job  # noqa: E402
 from jobs.services import job_spec_validate, job_submit  # noqa: E402
@@ -76,6 +78,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3000)
     args = parser.parse_args()
     ids = world(20)
+    key = Token.objects.get_or_create(user=get_user_model().objects.get(username="lin"))[0].key
     pick = iter(ids * (args.calls * 4 // len(ids) + 4)).__next__
     reads = {
         "the job a transition locks": (
@@ -85,6 +88,9 @@ def main() -> None:
             lambda: Job.objects.select_related("current_attempt", "group", "user", "instance_type", "image")
             .get(pk=pick()),
             lambda: JOB_TO_LAUNCH.get(pk=pick())),
+        "an API request's token, with its user": (
+            lambda: Token.objects.select_related("user").get(key=key),
+            lambda: TOKEN_WITH_USER.get(key=key)),
         "a sync round's holding jobs (20)": (
             lambda: list(Job.objects.filter(phase__in=RESOURCE_PHASES, current_attempt__backend="bench")
                          .select_related("current_attempt")),

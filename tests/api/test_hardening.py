@@ -81,6 +81,22 @@ def test_token_answer_says_when_it_expires(world, settings):
 
 
 @pytest.mark.django_db
+def test_each_request_reads_its_own_token_and_refuses_an_unknown_one_or_an_inactive_user(world):
+    """The token is read from SQL compiled once (jobs.prepared): each key finds its own user, every time."""
+    tokens = {name: Token.objects.create(user=world.users[name]).key for name in ("bob", "eve")}
+    groups = {"bob": {"phusers"}, "eve": {"other"}}  # what each may see
+    for name in ("bob", "eve", "bob", "eve"):
+        answer = with_token(tokens[name]).get("/api/v1/groups/").json()["results"]
+        assert {g["name"] for g in answer} == groups[name]
+    response = with_token("0" * 40).get(JOBS_URL)
+    assert (response.status_code, response.json()["detail"]) == (401, "Invalid token.")
+    get_user_model().objects.filter(username="eve").update(is_active=False)
+    response = with_token(tokens["eve"]).get(JOBS_URL)
+    assert (response.status_code, response.json()["detail"]) == (401, "User inactive or deleted.")
+    assert with_token(tokens["bob"]).get(JOBS_URL).status_code == 200
+
+
+@pytest.mark.django_db
 def test_an_expired_token_is_401_with_a_clear_message_and_login_issues_a_new_one(world, settings):
     settings.JOBSITE_API_TOKEN_TTL_SECONDS = 3600
     old = obtain(APIClient()).json()["token"]
