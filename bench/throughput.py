@@ -145,6 +145,17 @@ class Jobsite:
         launchers = [pid for pid in all_pids() if "launcher.py" in (cmd := cmdline(pid)) and str(self.var) in cmd]
         return tree_pids(self.proc.pid, *launchers)
 
+    def rounds(self) -> dict[str, float]:
+        """The scheduler's rounds so far (its /metrics, open in the embedded default): passes and sync rounds."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        found = {}
+        for name in ("pass", "sync"):
+            line = next((x for x in text.splitlines() if x.startswith(f"jobsite_scheduler_{name}_seconds_count")), "")
+            found[name] = float(line.split()[-1]) if line else float("nan")
+        return found
+
     def cpu_parts(self) -> dict[str, tuple[float, float]]:
         """CPU seconds so far by kind of the server's processes: their own, and what they reaped."""
         return cpu_split_by_label(self.pids())
@@ -331,9 +342,12 @@ def measured(side, jobs: int) -> tuple[float, float, float]:
     Slurm's job steps do, count there only; on a busy machine it counts the other work too)."""
     server, clients, machine = side.cpu(), children_cpu(), machine_busy_seconds() - own_cpu()
     parts = side.cpu_parts() if isinstance(side, Jobsite) else {}
+    rounds = side.rounds() if parts else {}
     rate = side.run(jobs)
     if parts:  # where jobsite's CPU went, a job
-        now = side.cpu_parts()
+        now, rounds_now = side.cpu_parts(), side.rounds()
+        print("  the scheduler's rounds a job: " + ", ".join(
+            f"{name} {(rounds_now[name] - rounds[name]) / jobs:.2f}" for name in rounds))
         shares = [(name, (own - parts.get(name, (0, 0))[0]) / jobs, (reaped - parts.get(name, (0, 0))[1]) / jobs)
                   for name, (own, reaped) in now.items()]
         print("  jobsite's CPU a job by process (own + what it reaped): " + ", ".join(
