@@ -35,6 +35,7 @@ from ..dependencies import (
     waits_message,
 )
 from ..models import Job, JobArray, JobDependency
+from ..prepared import Prepared
 from ..wakeup import request_pass
 
 Target = tuple[str, int]  # ("job", 12) or ("array", 5)
@@ -182,16 +183,21 @@ def dependencies_record(*, jobs: Sequence[Job], after: Iterable[After] | Any, us
                            dependency_wait=True, now=now)
     return rows
 
+# What waits for an ending job (and for its array): read by every job's end, compiled once.
+UNMET_ON_JOB = Prepared(lambda job_id: JobDependency.objects.filter(on_job_id=job_id, satisfied_at__isnull=True)
+                        .order_by("job_id", "pk"), job_id=int)
+UNMET_ON_MEMBER = Prepared(lambda job_id, array_id: JobDependency.objects.filter(
+    Q(on_job_id=job_id) | Q(on_array_id=array_id), satisfied_at__isnull=True).order_by("job_id", "pk"),
+    job_id=int, array_id=int)
+
 
 def dependents_on_end(*, job: Job, now: datetime) -> None:
     """``job`` has just ended (inside its transition's transaction): settle what waits for it. Every unmet
     dependency on it, or on its array once every member of the array has ended, is met (the waiting job goes back
     into its queue when nothing else holds it) or can never be (the waiting job ends DependencyNeverSatisfied).
     One query finds them; none of the rest runs when nothing waits."""
-    on = Q(on_job_id=job.pk)
-    if job.array_id:
-        on |= Q(on_array_id=job.array_id)
-    unmet = list(JobDependency.objects.filter(on, satisfied_at__isnull=True).order_by("job_id", "pk"))
+    unmet = (UNMET_ON_MEMBER.all(job_id=job.pk, array_id=job.array_id) if job.array_id
+             else UNMET_ON_JOB.all(job_id=job.pk))
     if not unmet:
         return
     members: list[str] = []

@@ -37,9 +37,13 @@ from django.utils import timezone
 
 from ..choices import TERMINAL_PHASES, EventType, NotificationState, NotifyChannel, NotifyEvent, Phase
 from ..models import Job, JobEvent, Notification, NotificationSubscription
+from ..prepared import Prepared
 from .events import event_record
 
 log = logging.getLogger(__name__)
+
+# A user's subscriptions: read by every transition that may notify (compiled once).
+SUBSCRIPTIONS = Prepared(lambda user_id: NotificationSubscription.objects.filter(user_id=user_id), user_id=int)
 
 # When one change matches several kinds a subscription asked for, the message names the most specific.
 KIND_ORDER = (NotifyEvent.FAILED, NotifyEvent.SUCCEEDED, NotifyEvent.ENDED, NotifyEvent.RUNNING)
@@ -137,7 +141,7 @@ def notifications_enqueue(*, job: Job, event: JobEvent, kinds: frozenset[str], a
     first of them in KIND_ORDER, then any other), due ``at``; send them after commit."""
     order = (*KIND_ORDER, *sorted(kinds - set(KIND_ORDER)))
     rows = []
-    for subscription in NotificationSubscription.objects.filter(user_id=job.user_id):
+    for subscription in SUBSCRIPTIONS.all(user_id=job.user_id):
         kind = next((k for k in order if k in kinds and k in subscription.events), None)
         if kind:
             rows.append(Notification(subscription=subscription, job=job, event=event, kind=kind, next_try_at=at))
