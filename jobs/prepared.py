@@ -78,7 +78,8 @@ class Prepared:
         for position, name in compiled.places:
             params[position] = values[name]
         connection = connections[compiled.template.db]  # this thread's
-        if compiled.template.query.select_for_update and connection.get_autocommit():
+        if (compiled.template.query.select_for_update and connection.features.has_select_for_update
+                and connection.get_autocommit()):  # as Django's compiler refuses it
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         compiler = copy.copy(compiled.compiler)
         compiler.connection = connection

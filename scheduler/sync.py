@@ -62,6 +62,7 @@ def timing_for(backend: Backend) -> Timing:
         max_disruptions=settings.JOBSITE_K8S_MAX_DISRUPTIONS,
     )
 
+
 # The jobs holding resources on a backend, with their attempts: read by every sync round, compiled once.
 HOLDING = Prepared(lambda backend: Job.objects.filter(phase__in=RESOURCE_PHASES, current_attempt__backend=backend)
                    .select_related("current_attempt"), backend=str)

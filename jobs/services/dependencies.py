@@ -183,6 +183,7 @@ def dependencies_record(*, jobs: Sequence[Job], after: Iterable[After] | Any, us
                            dependency_wait=True, now=now)
     return rows
 
+
 # What waits for an ending job (and for its array): read by every job's end, compiled once.
 UNMET_ON_JOB = Prepared(lambda job_id: JobDependency.objects.filter(on_job_id=job_id, satisfied_at__isnull=True)
                         .order_by("job_id", "pk"), job_id=int)
