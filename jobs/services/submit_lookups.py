@@ -175,12 +175,13 @@ def _bump() -> None:
 
 
 def lookups_changed(*, action: str = "post_", **_: object) -> None:
-    """A signal receiver: what a submit is checked against changed. The version changes now (this transaction's
-    own reads stop using the kept copy) and again after the commit (a process that read the old rows in between
-    reads them again). Of an m2m change (``action``) only what follows it counts."""
+    """A signal receiver: what a submit is checked against changed. The shared version changes after the commit
+    (at once in autocommit); until then this process drops its kept copy, and a transaction's own reads never use
+    one (``Lookups``). Of an m2m change (``action``) only what follows it counts."""
+    global _kept
     if not action.startswith("post_"):
         return
-    _bump()
+    _kept = None
     transaction.on_commit(_bump, robust=True)
 
 

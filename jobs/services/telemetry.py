@@ -142,14 +142,17 @@ def _series_write(attempt: Attempt, readings: list[tuple[int, str, str, list]], 
     found = _rows_touched(attempt, {point[0] for *_, point in readings}, now)
     by_key = {(s.rank, s.gpu, s.resolution, s.start): s for s in found}
     gpus: dict[tuple[int, str], tuple[str, list[list]]] = {(s.rank, s.gpu): (s.node, []) for s in found}
-    for rank, node, gpu, point in readings:
-        gpus.setdefault((rank, gpu), (node, []))
-        gpus[(rank, gpu)] = (node, [*gpus[(rank, gpu)][1], point])
+    rows_of: dict[tuple[int, str], dict[tuple, list]] = {}
+    for s in found:
+        rows_of.setdefault((s.rank, s.gpu), {})[(s.resolution, s.start)] = s.points
+    for rank, node, gpu, point in readings:  # the reading's node, as the rows it writes name it
+        points = gpus.get((rank, gpu), (node, []))[1]
+        points.append(point)
+        gpus[(rank, gpu)] = (node, points)
     new, changed, gone = [], [], []
     stamp = timezone.now()
     for (rank, gpu), (node, points) in gpus.items():
-        rows = {(res, start): s.points for (r, g, res, start), s in by_key.items() if (r, g) == (rank, gpu)}
-        written, deleted = series_add(rows, points, now)
+        written, deleted = series_add(rows_of.get((rank, gpu), {}), points, now)
         for (res, start), pts in written.items():
             row = by_key.get((rank, gpu, res, start))
             if row is None:
