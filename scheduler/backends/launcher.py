@@ -275,7 +275,7 @@ class Launcher:
     """The backend's handle on its launcher: started on first use (in the background: a launch never waits for
     it), found again by a later scheduler."""
 
-    def __init__(self, state_dir: Path, *, idle: float = 600.0, python: str = sys.executable):
+    def __init__(self, state_dir: Path, *, idle: float, python: str = sys.executable):
         self.path = socket_path(state_dir)
         self.idle, self.python = idle, python
         self._lock = threading.Lock()

@@ -28,7 +28,14 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 500
 SCRAPE_TIMEOUT = 5.0  # seconds one read of the GPUs may take, in its own thread
 COMPACT_SECONDS = 60.0  # how often the passed rows of ended attempts are folded (``gpu_series_compact``)
-_state: dict[str, Any] = {"next": 0.0, "scrapes": None, "key": None}
+
+
+def fresh_state() -> dict[str, Any]:
+    """The sampling clock before any round: when to read next and to fold next, the reader and what it reads."""
+    return {"next": 0.0, "next_compact": 0.0, "scrapes": None, "key": None}
+
+
+_state: dict[str, Any] = fresh_state()
 
 
 def sampler_for(backend_name: str) -> Any | None:
@@ -128,7 +135,7 @@ def telemetry_tick(backend: Any) -> None:
     # A read left from before a pause in leading is stale: dropped, not stored as if it were now.
     if done is not None and (timezone.now() - done[0]).total_seconds() <= max(3 * interval, 30.0):
         telemetry_store(done[1], interval=interval, now=done[0])
-    if time.monotonic() >= _state.get("next_compact", 0.0):  # the series of ended attempts, once a minute
+    if time.monotonic() >= _state["next_compact"]:  # the series of ended attempts, once a minute
         _state["next_compact"] = time.monotonic() + COMPACT_SECONDS
         gpu_series_compact(now=timezone.now().timestamp())
     if time.monotonic() >= _state["next"] and _running().exists():

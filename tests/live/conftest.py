@@ -113,3 +113,17 @@ def asgi_server(transactional_db, world):
         thread.join(10)
         sock.close()
         db_settings["CONN_MAX_AGE"] = max_age
+
+
+def db(fn, *args, **kwargs):
+    """``fn`` run on a database thread, awaitable from a test's event loop."""
+    return database_sync_to_async(fn)(*args, **kwargs)
+
+
+async def frames_until(communicator, predicate, timeout: float = 10) -> list[str]:
+    """Frames received until one satisfies ``predicate`` (that one last)."""
+    got = []
+    while True:
+        got.append(await communicator.receive_from(timeout=timeout))
+        if predicate(got[-1]):
+            return got

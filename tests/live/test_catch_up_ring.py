@@ -6,18 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from jobs import catchup, live_hub
 
-from .conftest import pending
+from .conftest import db, pending
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-def db(fn, *args, **kwargs):
-    return database_sync_to_async(fn)(*args, **kwargs)
 
 
 def query(job_id: int, drawn) -> str:

@@ -10,22 +10,17 @@ import time
 
 import pytest
 import redis
-from channels.db import database_sync_to_async
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import channel_auth, live_publisher
 
-from .conftest import pending
+from .conftest import db, frames_until, pending
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 OTHER = {"JOBSITE_INSTALLATION_ID": "other-installation", "SECRET_KEY": "another-installations-key-" + "k" * 30}
-
-
-def db(fn, *args, **kwargs):
-    return database_sync_to_async(fn)(*args, **kwargs)
 
 
 @pytest.fixture
@@ -53,14 +48,6 @@ def forged_item(job, text: str) -> dict:
     Far in the future, so it would win over any real row of the same job."""
     row = (f'<tr id="job-{job.pk}"><td hx-post="/jobs/{job.pk}/cancel/" hx-trigger="load">{text}</td></tr>')
     return {"id": job.pk, "group_id": job.group_id, "phase": "RUNNING", "at": time.time() + 10**6, "row": row}
-
-
-async def frames_until(communicator, predicate, timeout: float = 10) -> list[str]:
-    got = []
-    while True:
-        got.append(await communicator.receive_from(timeout=timeout))
-        if predicate(got[-1]):
-            return got
 
 
 async def test_forged_messages_on_a_group_change_no_socket_and_are_counted(ws, world, submit, redis_url, settings):

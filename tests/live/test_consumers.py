@@ -7,7 +7,6 @@ import asyncio
 import re
 
 import pytest
-from channels.db import database_sync_to_async
 from django.db import transaction
 from django.test import Client
 from django.urls import reverse
@@ -16,22 +15,9 @@ from jobs import live_hub, live_publisher, services
 from jobs.choices import Phase
 from jobs.models import Attempt, Job
 
-from .conftest import admitted, pending
+from .conftest import admitted, db, frames_until, pending
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-def db(fn, *args, **kwargs):
-    return database_sync_to_async(fn)(*args, **kwargs)
-
-
-async def frames_until(communicator, predicate, timeout: float = 5) -> list[str]:
-    """Frames received until one satisfies ``predicate`` (that one last)."""
-    got = []
-    while True:
-        got.append(await communicator.receive_from(timeout=timeout))
-        if predicate(got[-1]):
-            return got
 
 
 def row_of(html: str, job_id: int) -> str | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from channels.db import database_sync_to_async
 
 from scheduler.telemetry.nvml import NvmlSampler
 from scheduler.telemetry.step import telemetry_round
@@ -16,19 +15,9 @@ from tests.live.test_live_browser import browser, logged_in, not_reloaded  # noq
 from tests.telemetry.fake_nvml import FakeNvml
 from tests.telemetry.test_step import device, running_on
 
+from .conftest import db, frames_until
+
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # ORM calls between Playwright's page actions
-
-
-def db(fn, *args, **kwargs):
-    return database_sync_to_async(fn)(*args, **kwargs)
-
-
-async def frames_until(communicator, predicate, timeout: float = 10) -> list[str]:
-    got = []
-    while True:
-        got.append(await communicator.receive_from(timeout=timeout))
-        if predicate(got[-1]):
-            return got
 
 
 async def drain(communicator) -> list[str]:

@@ -9,7 +9,6 @@ from collections import deque
 from types import SimpleNamespace
 
 import pytest
-from channels.db import database_sync_to_async
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 
@@ -17,11 +16,7 @@ from jobs import live_hub, live_list
 from jobs.live_list import JobsConsumer, ListPage, share, text_frame
 from tests.waiting import async_wait_for, wait_for
 
-from .conftest import pending
-
-
-def db(fn, *args, **kwargs):
-    return database_sync_to_async(fn)(*args, **kwargs)
+from .conftest import db, pending
 
 
 def counting_list_frames(monkeypatch) -> list[int]:

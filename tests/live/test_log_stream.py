@@ -4,19 +4,14 @@ a viewer that fell behind gets the newest window and a note of the bytes skipped
 from __future__ import annotations
 
 import pytest
-from channels.db import database_sync_to_async
 
 from jobs import logs, services
 from jobs.choices import Phase
 from jobs.models import Job
 
-from .conftest import admitted
+from .conftest import admitted, db
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-def db(fn, *args, **kwargs):
-    return database_sync_to_async(fn)(*args, **kwargs)
 
 
 async def log_file(submit, **kw):

@@ -13,22 +13,17 @@ import time
 from datetime import timedelta
 
 import pytest
-from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from jobs import catchup, live_hub, live_publisher, services
 from jobs.models import Job
 from tests.waiting import async_wait_for
 
-from .conftest import pending
+from .conftest import db, pending
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 DEADLINE = 60.0  # generous: a busy two-core machine
-
-
-def db(fn, *args, **kwargs):
-    return database_sync_to_async(fn)(*args, **kwargs)
 
 
 class PrivateRedis:

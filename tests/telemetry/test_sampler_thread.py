@@ -61,7 +61,7 @@ def hanging_exporter():
 
 @pytest.fixture(autouse=True)
 def _fresh_state(monkeypatch):
-    monkeypatch.setattr(step, "_state", {"next": 0.0, "scrapes": None, "key": None})
+    monkeypatch.setattr(step, "_state", step.fresh_state())
 
 
 def test_a_hanging_exporter_holds_up_no_sync_round(settings, submit, monkeypatch, hanging_exporter):

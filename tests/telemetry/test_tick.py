@@ -48,7 +48,7 @@ def exporter():
 
 @pytest.fixture(autouse=True)
 def _fresh_state(monkeypatch):
-    monkeypatch.setattr(step, "_state", {"next": 0.0, "scrapes": None, "key": None})
+    monkeypatch.setattr(step, "_state", step.fresh_state())
 
 
 def test_tick_scrapes_once_per_interval_and_survives_a_garbled_scrape(submit, settings, exporter):
