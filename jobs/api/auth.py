@@ -31,6 +31,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
+from django.utils.translation import gettext_lazy
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
@@ -138,12 +139,14 @@ class ExpiringTokenAuthentication(TokenAuthentication):
     """``Authorization: Token <key>``, refused once the token is older than JOBSITE_API_TOKEN_TTL_SECONDS."""
 
     def authenticate_credentials(self, key):
-        try:  # as DRF reads it, from SQL compiled once: every API request reads its token
+        # DRF's own lookup and messages (its translations), the token read from SQL compiled once: every API
+        # request reads it.
+        try:
             token = TOKEN_WITH_USER.get(key=key)
         except Token.DoesNotExist:
-            raise exceptions.AuthenticationFailed("Invalid token.") from None
+            raise exceptions.AuthenticationFailed(gettext_lazy("Invalid token.")) from None
         if not token.user.is_active:
-            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+            raise exceptions.AuthenticationFailed(gettext_lazy("User inactive or deleted."))
         user = token.user
         if _expired(token):
             raise exceptions.AuthenticationFailed(
