@@ -185,13 +185,19 @@ class Jobsite:
         steps: dict[str, list[float]] = {}
         state = self.var / "var" / "local" / "state"
         for job_id, submitted, admitted, launched, number, finished, started in rows:
-            exit_file = state / f"job-{job_id}" / f"attempt-{number}" / "replica-0" / "exit_code"
+            replica = state / f"job-{job_id}" / f"attempt-{number}" / "replica-0"
             try:
-                exited = exit_file.stat().st_mtime
-            except OSError:
+                # The backend's launch wrote ``launched``; the supervisor ``runner.pid`` when it began and
+                # ``child.pid`` once the command ran; ``exit_code`` at its end.
+                begun, ran, exited = ((replica / name).stat().st_mtime for name in ("runner.pid", "child.pid",
+                                                                                    "exit_code"))
+                written = float((replica / "launched").read_text())
+            except (OSError, ValueError):
                 continue
             times = [("submitted", _ts(submitted)), ("admitted", _ts(admitted)), ("launch claimed", _ts(launched)),
-                     ("launch returned", _ts(started)), ("exited", exited), ("noticed (Succeeded)", _ts(finished))]
+                     ("replica launched", written), ("supervisor began", begun), ("command started", ran),
+                     ("exited", exited), ("seen running (event)", _ts(started)),
+                     ("noticed (Succeeded)", _ts(finished))]
             for (_, a), (name, b) in zip(times, times[1:], strict=False):
                 steps.setdefault(name, []).append(b - a)
         held = sum(_ts(finished) - _ts(admitted) for _, _, admitted, _, _, finished, _ in rows)

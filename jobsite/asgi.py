@@ -11,12 +11,15 @@ port's proxy (``jobs.port_proxy.PortHost``) and nowhere else: Django and the sit
 import logging
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
 
 # Set Django up (apps, settings) before anything imports models.
-django_application = get_asgi_application()
+django.setup(set_prefix=False)
+from jobsite.asgi_handler import OneHopASGIHandler  # noqa: E402
+
+django_application = OneHopASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

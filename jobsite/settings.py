@@ -84,14 +84,13 @@ ASGI_APPLICATION = "jobsite.asgi.application"
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'jobsite.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The embedded default runs the web server and the scheduler in one process: WAL lets readers go on while
-    # one writer commits, and IMMEDIATE transactions take the write lock up front instead of failing on upgrade.
+    # The embedded default runs the web server and the scheduler in one process: WAL lets readers go on while one
+    # writer commits, IMMEDIATE transactions take the write lock up front instead of failing on upgrade, and the
+    # process's writers queue on a lock of their own first (jobsite.sqlite3), not on SQLite's sleeping retries.
+    DATABASES["default"]["ENGINE"] = "jobsite.sqlite3"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            "timeout": 30,
-            "transaction_mode": "IMMEDIATE",
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        }
+        {"timeout": 30, "transaction_mode": "IMMEDIATE",
+         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
     )
 else:
     # A pool per process (psycopg_pool): under ASGI every sync-to-async thread kept its own connection, so one web
@@ -371,7 +370,7 @@ SPECTACULAR_SETTINGS = {
 # Production is any setup on PostgreSQL or Redis without DEBUG; `make run` (SQLite, no Redis) is the embedded default.
 EMBEDDED_SECRET_KEY = "embedded-default-not-for-production"
 SECRET_KEY_MIN_LENGTH = 32
-JOBSITE_PRODUCTION = not DEBUG and bool(REDIS_URL or DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3")
+JOBSITE_PRODUCTION = not DEBUG and bool(REDIS_URL or DATABASES["default"]["ENGINE"] != "jobsite.sqlite3")
 # The test suite runs on PostgreSQL and Redis like production; pytest sets PYTEST_VERSION for its session (and the
 # processes it starts), which get a throwaway key of their own and a cache of their own (no login counts between runs).
 JOBSITE_TESTING = bool(os.environ.get("PYTEST_VERSION"))
