@@ -18,6 +18,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
@@ -35,17 +36,19 @@ class _Compiled:
     compiler: Any
     sql: str
     params: tuple
-    places: tuple[tuple[int, str], ...]  # (position among the params, name of the value)
+    # (position among the params, name of the value, the type the compiler wrapped it in: psycopg's Int4, say)
+    places: tuple[tuple[int, str, type], ...]
 
 
 class Prepared:
-    """``build(**values)`` returns the queryset; ``kinds`` says what each value is (``int`` or ``str``)."""
+    """``build(**values)`` returns the queryset; ``kinds`` says what each value is: ``int``, ``str`` or
+    ``datetime``."""
 
     def __init__(self, build: Callable[..., QuerySet], **kinds: type):
         self.build = build
         self.names = tuple(inspect.signature(build).parameters)
-        if set(self.names) != set(kinds) or any(kind not in (int, str) for kind in kinds.values()):
-            raise TypeError(f"name each of {self.names} as int or str")
+        if set(self.names) != set(kinds) or any(kind not in (int, str, datetime) for kind in kinds.values()):
+            raise TypeError(f"name each of {self.names} as int, str or datetime")
         self.kinds = kinds
         self._compiled: _Compiled | None | object = _UNSET
 
@@ -75,9 +78,10 @@ class Prepared:
         if compiled is None:
             return self.build(**values)
         params = list(compiled.params)
-        for position, name in compiled.places:
-            params[position] = values[name]
         connection = connections[compiled.template.db]  # this thread's
+        for position, name, wrap in compiled.places:
+            value = _db_value(self.kinds[name], values[name], connection)
+            params[position] = value if type(value) is wrap else wrap(value)
         if (compiled.template.query.select_for_update and connection.features.has_select_for_update
                 and connection.get_autocommit()):  # as Django's compiler refuses it
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
@@ -90,14 +94,29 @@ class Prepared:
         return queryset
 
     def _compile(self) -> _Compiled | None:
-        stand_ins = {name: (next(_STAND_INS) if kind is int else f"\x1eprepared:{name}:{next(_STAND_INS)}\x1e")
-                     for name, kind in self.kinds.items()}
+        stand_ins = {name: _stand_in(kind, name) for name, kind in self.kinds.items()}
         template = self.build(**stand_ins)
         compiler = template.query.get_compiler(using=template.db)
         sql, params = compiler.as_sql()
-        places = tuple((position, name) for position, param in enumerate(params)
-                       for name, stand_in in stand_ins.items()
-                       if type(param) is type(stand_in) and param == stand_in)
-        if {name for _, name in places} != set(stand_ins):
+        in_sql = {name: _db_value(self.kinds[name], stand_in, compiler.connection)
+                  for name, stand_in in stand_ins.items()}
+        places = tuple((position, name, type(param)) for position, param in enumerate(params)
+                       for name, stand_in in in_sql.items()
+                       if isinstance(param, type(stand_in)) and param == stand_in)
+        if {name for _, name, _ in places} != set(stand_ins):
             return None  # a value the queryset rewrote: built on every call
         return _Compiled(template=template, compiler=compiler, sql=sql, params=tuple(params), places=places)
+
+
+def _stand_in(kind: type, name: str) -> Any:
+    n = next(_STAND_INS)
+    if kind is int:
+        return n
+    if kind is datetime:  # an instant no row holds: its microseconds tell it from any other stand-in
+        return datetime(2001, 2, 3, 4, 5, 6, n % 1_000_000, tzinfo=UTC)
+    return f"\x1eprepared:{name}:{n}\x1e"
+
+
+def _db_value(kind: type, value: Any, connection) -> Any:
+    """A value as the compiled query holds it: a datetime as the database's field takes it (SQLite: text)."""
+    return connection.ops.adapt_datetimefield_value(value) if kind is datetime else value

@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from jobs.choices import QUEUED_PHASES, RESOURCE_PHASES, Phase
 from jobs.models import Attempt, Group, GroupQuota, Job, JobArray
-from jobs.models import Node as NodeRow
+from jobs.prepared import Prepared
+from jobs.services.backend_records import NODES_OF
 
 from .backends.base import Backend
 from .core import ArrayState, GroupState, QueuedJob, QuotaLimits, Reason, ReplicaPlacement, RunningJob
@@ -62,19 +63,19 @@ def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) ->
     nominated), and of the jobs behind a head (PENDING, BlockedByQueueHead) each group's first ``head_rows`` in queue
     order (``HEAD_ROWS`` by default): the others keep waiting behind it. Fewer read than asked: the group's whole
     queue was read."""
-    groups = {gid: GroupState(id=gid, name=name, queue_stopped=stopped)
-              for gid, name, stopped in Group.objects.values_list("id", "name", "queue_stopped")}
-    for gid, resource, quota, limit, user_quota in GroupQuota.objects.values_list(
-            "group_id", "resource", "quota", "limit", "user_quota"):
+    groups = {gid: GroupState(id=gid, name=name, queue_stopped=stopped) for gid, name, stopped in GROUPS.all()}
+    for gid, resource, quota, limit, user_quota in QUOTAS.all():
         groups[gid].quotas[resource] = QuotaLimits(quota, limit, user_quota)
     stopped = [gid for gid, g in groups.items() if g.queue_stopped]
     if head_rows is None:
         head_rows = {gid: HEAD_ROWS for gid in groups if gid not in stopped}
 
-    unsettled, in_stopped = queued_read_whole(stopped)
-    rows = {r[0]: r for r in unsettled.values_list(*QUEUED_FIELDS)}
     if stopped:  # a stopped queue: every job in it becomes inadmissible
+        unsettled, in_stopped = queued_read_whole(stopped)
+        rows = {r[0]: r for r in unsettled.values_list(*QUEUED_FIELDS)}
         rows.update((r[0], r) for r in in_stopped.values_list(*QUEUED_FIELDS))
+    else:
+        rows = {r[0]: r for r in UNSETTLED.all()}
     prefix: dict[int, set[int]] = {gid: set() for gid in head_rows}
     for r in queue_heads(head_rows):
         rows[r[0]] = r
@@ -196,8 +197,7 @@ class _HoldingCache:
     def _read(self, backend_name: str) -> list[_Holding]:
         phases = sorted(RESOURCE_PHASES)
         if connection.vendor != "postgresql":
-            return [_holding_of(row, backend_name)
-                    for row in Job.objects.filter(phase__in=phases).values_list(*HOLDING_FIELDS)]
+            return [_holding_of(row, backend_name) for row in HOLDING_ROWS.all()]
         database = (connection.alias, str(connection.settings_dict.get("NAME")), backend_name)
         if database != self.database:
             self.database, self.entries = database, {}
@@ -219,6 +219,7 @@ class _HoldingCache:
 
 
 _holding = _HoldingCache()
+HOLDING_ROWS = Prepared(lambda: Job.objects.filter(phase__in=sorted(RESOURCE_PHASES)).values_list(*HOLDING_FIELDS))
 
 
 def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
@@ -232,7 +233,10 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
         by_limit.setdefault(n, []).append(gid)
     found: list[tuple] = []
     for n, gids in by_limit.items():
-        if connection.vendor == "postgresql":
+        if connection.vendor != "postgresql" and len(gids) <= FEW_GROUPS:  # a compiled query for each
+            for gid in gids:
+                found.extend(GROUP_HEADS.all(group=gid, limit=n))
+        elif connection.vendor == "postgresql":
             columns = ", ".join(f"j.{Job._meta.get_field(f).column}" for f in QUEUED_FIELDS)
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -240,14 +244,24 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
                     [gids, *HEADS_PARAMS, n])
                 found.extend(cursor.fetchall())
         else:
-            found.extend(
-                Job.objects.filter(phase=Phase.PENDING, reason=Reason.BLOCKED, group_id__in=gids,
-                                   dependency_wait=False)
-                .annotate(rank=Window(RowNumber(), partition_by=F("group_id"),
-                                      order_by=[F("priority").desc(), F("queued_at").asc(), F("id").asc()]))
-                .filter(rank__lte=n).values_list(*QUEUED_FIELDS)
-            )
+            found.extend(_heads(gids, n))
     return found
+
+
+def _heads(gids, limit: int) -> QuerySet:
+    """Not PostgreSQL: the first ``limit`` jobs behind the head of each group of ``gids``, by a window function."""
+    return (Job.objects.filter(phase=Phase.PENDING, reason=Reason.BLOCKED, group_id__in=gids, dependency_wait=False)
+            .annotate(rank=Window(RowNumber(), partition_by=F("group_id"),
+                                  order_by=[F("priority").desc(), F("queued_at").asc(), F("id").asc()]))
+            .filter(rank__lte=limit).values_list(*QUEUED_FIELDS))
+
+
+# A pass's reads that are alike every time, compiled once (jobs.prepared).
+GROUPS = Prepared(lambda: Group.objects.values_list("id", "name", "queue_stopped"))
+QUOTAS = Prepared(lambda: GroupQuota.objects.values_list("group_id", "resource", "quota", "limit", "user_quota"))
+UNSETTLED = Prepared(lambda: queued_read_whole(())[0].values_list(*QUEUED_FIELDS))  # no queue stopped
+FEW_GROUPS = 8  # SQLite: up to this many groups, one compiled query each rather than one built for them all
+GROUP_HEADS = Prepared(lambda group, limit: _heads([group], limit), group=int, limit=int)
 
 
 HEADS_PARAMS = (Phase.PENDING, Reason.BLOCKED)
@@ -266,7 +280,7 @@ def nodes_with_free(backend: str, placed: list[tuple[dict[str, int], tuple[Repli
     ``jobs.selectors.nodes_with_usage`` counts them. Database only: nothing here waits on the cluster while the
     group rows are locked; one query."""
     nodes = {name: Node(name, dict(allocatable), dict(allocatable), None)
-             for name, allocatable in NodeRow.objects.filter(backend=backend).values_list("name", "allocatable")}
+             for name, allocatable in NODES_OF.all(backend=backend)}
     if not nodes:
         return []
     busy: dict[str, set[int]] = {}

@@ -90,7 +90,7 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
     preparing = {j.current_attempt_id for j in jobs if j.phase in (Phase.PREPARING, Phase.UNKNOWN)
                  and j.current_attempt.launched_at is not None}
     unrecorded = preparing - set(JobEvent.objects.filter(attempt_id__in=preparing, reason="Started")
-                                 .values_list("attempt_id", flat=True))
+                                 .values_list("attempt_id", flat=True)) if preparing else set()
     count = 0
     for job in jobs:
         if actuator.in_flight("launch", job.pk) or actuator.in_flight("relaunch", job.pk):
@@ -206,6 +206,12 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
         call()
 
 
+# Ended jobs whose pods and working dirs are due for deletion (read every sync round, mostly to find none).
+EXPIRED = Prepared(lambda now: Job.objects.filter(cleaned_at__isnull=True, expires_at__lte=now,
+                                                  phase__in=TERMINAL_PHASES).values_list("id", flat=True)[:500],
+                   now=datetime)
+
+
 def housekeeping(*, backend: Backend | None = None, now: datetime | None = None) -> None:
     """Clocks: move BACKOFF jobs whose delay is over back to PENDING; delete pods and working dirs after their TTL
     (through the actuator: the job is marked cleaned once its backend has deleted them)."""
@@ -213,11 +219,10 @@ def housekeeping(*, backend: Backend | None = None, now: datetime | None = None)
     now = now or timezone.now()
     services.jobs_release_backoff(now=now)
     actuator = get_actuator(backend)
-    due = list(Job.objects.filter(cleaned_at__isnull=True, expires_at__lte=now, phase__in=TERMINAL_PHASES)
-               .values_list("id", flat=True)[:500])
+    due = EXPIRED.all(now=now)
     attempts: dict[int, list[tuple[int, int]]] = {job_id: [] for job_id in due}
     for job_id, number, replicas in Attempt.objects.filter(job_id__in=due, backend=backend.name).values_list(
-            "job_id", "number", "replicas"):
+            "job_id", "number", "replicas") if due else ():
         attempts[job_id].append((number, replicas))
     for job_id, left in attempts.items():
         actuator.cleanup(job_id, left, lambda job_id=job_id: services.job_mark_cleaned(job_id=job_id,

@@ -3,6 +3,8 @@ compiled once."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from django.db import connection, transaction
 from django.db.models.sql.compiler import SQLCompiler
@@ -80,10 +82,66 @@ def test_a_locking_read_needs_a_transaction_and_locks(submit):
         assert locked.get(pk=job.pk) == job
 
 
-def test_only_int_and_str_values_named_as_the_builder_names_them():
+def test_a_datetime_value_goes_in_as_the_database_takes_it(submit, monkeypatch):
+    """The scheduler's clocks (backoff over, TTL due) ask for rows older than now, every round."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    early, late = submit("bob"), submit("bob")
+    Job.objects.filter(pk=early.pk).update(retry_at=now - timedelta(seconds=5))
+    Job.objects.filter(pk=late.pk).update(retry_at=now + timedelta(seconds=5))
+    due = Prepared(lambda now: Job.objects.filter(retry_at__lte=now).values_list("pk", flat=True), now=datetime)
+    assert due.all(now=now) == [early.pk]
+    monkeypatch.setattr(SQLCompiler, "as_sql", lambda *a, **k: pytest.fail("compiled again"))
+    assert due.all(now=now - timedelta(seconds=10)) == []
+    assert sorted(due.all(now=now + timedelta(seconds=10))) == [early.pk, late.pk]
+
+
+def test_only_int_str_and_datetime_values_named_as_the_builder_names_them():
     with pytest.raises(TypeError):
         Prepared(lambda pk: Job.objects.filter(pk=pk), key=int)
     with pytest.raises(TypeError):
         Prepared(lambda pk: Job.objects.filter(pk=pk), pk=float)
     with pytest.raises(TypeError):
         WITH_ATTEMPT.all(id=1)
+
+
+def test_a_groups_queue_heads_compiled_once_are_those_of_the_query_for_all_groups(world, submit):
+    """The embedded default's SQLite reads each of a few groups' heads with a compiled query (GROUP_HEADS): the
+    same rows as the one query for them all (here on the suite's database)."""
+    from jobs.choices import Phase
+    from scheduler.core import Reason
+    from scheduler.snapshot import GROUP_HEADS, _heads
+
+    for user, group, priority in [("bob", "phusers", 0), ("pan", "phusers", 10), ("lin", "research", 0),
+                                  ("lin", "research", 5), ("bob", "phusers", 10)]:
+        job = submit(user, group=group)
+        Job.objects.filter(pk=job.pk).update(phase=Phase.PENDING, reason=Reason.BLOCKED, priority=priority)
+    groups = [world.groups["phusers"].pk, world.groups["research"].pk]
+    for limit in (1, 2, 5):
+        everyone = sorted(_heads(groups, limit))
+        assert everyone and sorted(r for g in groups for r in GROUP_HEADS.all(group=g, limit=limit)) == everyone
+    assert GROUP_HEADS._compiled is not None  # both values found in the SQL: never built again
+
+
+def test_every_prepared_query_of_the_project_is_compiled_once():
+    """A value the compiler rewrote (or wrapped in a way not undone) would leave a query built on every call,
+    silently: each of the project's prepared queries finds all of its values in its SQL."""
+    import importlib
+    import pkgutil
+
+    import jobs
+    import scheduler
+
+    found = {}
+    for package in (jobs, scheduler):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if ".migrations" in module.name or ".management" in module.name:
+                continue
+            for name, value in vars(importlib.import_module(module.name)).items():
+                if isinstance(value, Prepared):
+                    found[f"{module.name}.{name}"] = value
+    assert len(found) >= 15
+    assert [name for name, query in found.items() if query._compile() is None] == []

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Attempt, Job, Node
+from ..prepared import Prepared
 from ..rules import fmt_duration
 from .events import event_record
 
@@ -55,11 +56,16 @@ def job_mark_cleaned(*, job_id: int, now: datetime) -> None:
             "(ttl_seconds_after_finished); the logs are kept"))
 
 
+# A backend's nodes as last recorded (name, allocatable): read by every pass and every node check.
+NODES_OF = Prepared(lambda backend: Node.objects.filter(backend=backend).values_list("name", "allocatable"),
+                    backend=str)
+
+
 def nodes_record(*, backend: str, nodes: dict[str, dict[str, int]], now: datetime | None = None) -> None:
     """What the scheduler read of its backend's nodes (name -> allocatable): rows of nodes gone are deleted, new
     and changed ones written (nothing is written when nothing changed). Pages and admission read these rows
     instead of calling the cluster."""
-    known = dict(Node.objects.filter(backend=backend).values_list("name", "allocatable"))
+    known = dict(NODES_OF.all(backend=backend))
     if known == nodes:
         return
     now = now or timezone.now()

@@ -8,6 +8,7 @@ from django.db import transaction
 
 from ..choices import EventType
 from ..models import Attempt, Job, JobEvent
+from ..prepared_writes import insert
 
 
 def event_record(
@@ -17,8 +18,8 @@ def event_record(
     """Append an event to a job's trail; open detail pages get it after commit (``job_transition`` publishes
     its own change, so it passes ``publish=False``). ``at``: when it happened, when that was before now (a replica
     seen running started a moment ago)."""
-    event = JobEvent.objects.create(job=job, attempt=attempt or job.current_attempt, type=type, reason=reason,
-                                    message=message)
+    event = insert(JobEvent(job=job, attempt=attempt or job.current_attempt, type=type, reason=reason,
+                            message=message))
     if at is not None and at < event.time:
         JobEvent.objects.filter(pk=event.pk).update(time=at)
         event.time = at

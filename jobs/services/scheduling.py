@@ -13,9 +13,14 @@ from django.utils import timezone
 from .. import rules
 from ..choices import JobType, Phase
 from ..models import Attempt, Job
+from ..prepared import Prepared
+from ..prepared_writes import insert
 from ..state_machine import InvalidTransition
 from .events import event_record
 from .transitions import job_terminate, job_transition
+
+LAST_ATTEMPT_NUMBER = Prepared(lambda job: Attempt.objects.filter(job_id=job).order_by("-number")
+                               .values_list("number", flat=True)[:1], job=int)
 
 
 @transaction.atomic
@@ -25,8 +30,8 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_q
     ``InvalidTransition``, nothing written (the attempt rolled back with the rest), when the job is no longer PENDING
     (cancelled since it was decided on)."""
     now = now or timezone.now()
-    number = (job.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    attempt = Attempt.objects.create(
+    number = (next(iter(LAST_ATTEMPT_NUMBER.all(job=job.pk)), None) or 0) + 1
+    attempt = insert(Attempt(
         job=job,
         number=number,
         replicas=job.replicas,
@@ -35,7 +40,7 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_q
         node=",".join(sorted({p["node"] for p in placement})),
         placement={str(rank): p for rank, p in enumerate(placement)},
         started_at=now,
-    )
+    ))
     message = f"Attempt {number} admitted" + (f" on {attempt.node}" if attempt.node else "")
     if over_quota:
         message += ", over its group's quota on idle resources: first to be preempted"
@@ -71,12 +76,16 @@ def job_retry_or_fail(*, job: Job, exit_code: int | None, reason: str, message: 
                           exit_code=exit_code, now=now)
 
 
+# Read by every sync round, nearly always to find none.
+BACKOFF_OVER = Prepared(lambda now: Job.objects.filter(phase=Phase.BACKOFF, retry_at__lte=now), now=datetime)
+
+
 def jobs_release_backoff(*, now: datetime | None = None) -> int:
     """Move the BACKOFF jobs whose delay is over back to PENDING (a clock: the scheduler loop and Celery beat both
     call it; each job changes under its row lock, so twice is harmless). Returns how many moved."""
     now = now or timezone.now()
     moved = 0
-    for job in Job.objects.filter(phase=Phase.BACKOFF, retry_at__lte=now):
+    for job in BACKOFF_OVER.all(now=now):
         try:  # job_transition is atomic itself: a refused move rolls back alone
             job_transition(job=job, phase=Phase.PENDING, reason="Retrying", now=now,
                            message=f"Retrying after {job.message}", retry_at=None)

@@ -16,6 +16,7 @@ from django.utils import timezone
 from ..choices import QUEUED_PHASES, RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
 from ..models import Job
 from ..prepared import Prepared
+from ..prepared_writes import update_fields
 from ..state_machine import ERROR_STATUSES, InvalidTransition, check_transition
 from ..wakeup import request_pass
 from .dependencies import dependents_on_end
@@ -139,13 +140,13 @@ def job_transition(
             attempt.exit_code = exit_code
         if attempt.started_at:
             attempt.gpu_seconds = attempt.gpu * attempt.replicas * (now - attempt.started_at).total_seconds()
-        attempt.save(update_fields=["ended_at", "outcome", "exit_code", "gpu_seconds"])
+        update_fields(attempt, ["ended_at", "outcome", "exit_code", "gpu_seconds"])
     if attempt and phase == Phase.RUNNING and attempt.running_at is None:
         attempt.running_at = now
-        attempt.save(update_fields=["running_at"])
+        update_fields(attempt, ["running_at"])
 
     # Only the columns that changed (and updated_at): the others were read under the row's lock and are as they are.
-    current.save(update_fields=[*(k for k, v in _column_values(current).items() if before[k] != v), "updated_at"])
+    update_fields(current, [*(k for k, v in _column_values(current).items() if before[k] != v), "updated_at"])
     if changed:
         warning = (status in WARNING_STATUSES or reason in WARNING_REASONS
                    or phase in {Phase.FAILED, Phase.INADMISSIBLE, Phase.UNKNOWN})

@@ -1,0 +1,80 @@
+"""Hot writes whose SQL is made once: an UPDATE of some columns of one row, and an INSERT of a whole row.
+
+Django's ``save`` and ``create`` build a query and compile it to SQL on every call (a query object, its compiler,
+each column quoted): on the hottest writes, a transition's job row and its event, that costs the scheduler and the
+web more CPU than the database spends on them. These make a statement's SQL once per model, database and columns,
+and pass each value as Django's own field prepares it (``pre_save``, so ``auto_now`` and ``auto_now_add`` apply,
+then ``get_db_prep_save``). They send no model signals: use them for models nothing listens to (``Job``,
+``Attempt``, ``JobEvent``). A field that needs a placeholder of its own, or a value that is an expression, goes
+through Django's ``save`` as before."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import DatabaseError, connections, router
+from django.db.models import Model
+
+_sql: dict[tuple, str] = {}
+
+
+def _plain(fields, instance: Model) -> bool:
+    return not any(hasattr(f, "get_placeholder") or hasattr(getattr(instance, f.attname), "resolve_expression")
+                   for f in fields)
+
+
+def update_fields(instance: Model, names: Sequence[str], *, using: str | None = None) -> None:
+    """As ``instance.save(update_fields=names)`` for a row that exists: one ``UPDATE … WHERE pk = …``; a row gone
+    raises ``DatabaseError`` as Django's does."""
+    model = type(instance)
+    meta = model._meta
+    fields = [meta.get_field(name) for name in names]
+    if not fields or not _plain(fields, instance):
+        instance.save(update_fields=names, using=using)
+        return
+    db = using or router.db_for_write(model, instance=instance)
+    connection = connections[db]
+    key = ("update", model, db, tuple(names))
+    sql = _sql.get(key)
+    if sql is None:
+        qn = connection.ops.quote_name
+        sql = _sql[key] = (f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(f.column)} = %s' for f in fields)} "
+                           f"WHERE {qn(meta.pk.column)} = %s")
+    params = [f.get_db_prep_save(f.pre_save(instance, False), connection) for f in fields]
+    params.append(meta.pk.get_db_prep_value(instance.pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.rowcount != 1:
+            raise DatabaseError(f"{meta.object_name} {instance.pk}: the update of {', '.join(names)} changed "
+                                f"{cursor.rowcount} rows")
+    instance._state.db = db
+
+
+def insert(instance: Model, *, using: str | None = None) -> Model:
+    """As ``Model.objects.create``: the row inserted, its new primary key read back in the same statement."""
+    model = type(instance)
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    db = using or router.db_for_write(model, instance=instance)
+    connection = connections[db]
+    if (instance.pk is not None or meta.pk not in meta.local_concrete_fields or meta.parents
+            or not connection.features.can_return_columns_from_insert or not _plain(fields, instance)):
+        instance.save(force_insert=True, using=using)
+        return instance
+    key = ("insert", model, db)
+    sql = _sql.get(key)
+    if sql is None:
+        qn = connection.ops.quote_name
+        returning, _ = connection.ops.return_insert_columns([meta.pk])
+        sql = _sql[key] = (f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+                           f"VALUES ({', '.join(['%s'] * len(fields))}) {returning}")
+    params = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    pk = row[0]
+    for converter in meta.pk.get_db_converters(connection):
+        pk = converter(pk, meta.pk, connection)
+    instance.pk = pk
+    instance._state.adding, instance._state.db = False, db
+    return instance
