@@ -4,9 +4,8 @@ Django's ``save`` and ``create`` build a query and compile it to SQL on every ca
 each column quoted): on the hottest writes, a transition's job row and its event, that costs the scheduler and the
 web more CPU than the database spends on them. These make a statement's SQL once per model, database and columns,
 and pass each value as Django's own field prepares it (``pre_save``, so ``auto_now`` and ``auto_now_add`` apply,
-then ``get_db_prep_save``). They send no model signals: use them for models nothing listens to (``Job``,
-``Attempt``, ``JobEvent``). A field that needs a placeholder of its own, or a value that is an expression, goes
-through Django's ``save`` as before."""
+then ``get_db_prep_save``). A model whose saves something listens to (``pre_save``, ``post_save``), a field that
+needs a placeholder of its own, or a value that is an expression, goes through Django's ``save`` as before."""
 
 from __future__ import annotations
 
@@ -14,13 +13,14 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError, connections, router
 from django.db.models import Model
+from django.db.models.signals import post_save, pre_save
 
 _sql: dict[tuple, str] = {}
 
 
 def _plain(fields, instance: Model) -> bool:
-    return not any(hasattr(f, "get_placeholder") or hasattr(getattr(instance, f.attname), "resolve_expression")
-                   for f in fields)
+    return not (pre_save.has_listeners(type(instance)) or post_save.has_listeners(type(instance)) or any(
+        hasattr(f, "get_placeholder") or hasattr(getattr(instance, f.attname), "resolve_expression") for f in fields))
 
 
 def update_fields(instance: Model, names: Sequence[str], *, using: str | None = None) -> None:

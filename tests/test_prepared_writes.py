@@ -68,3 +68,19 @@ def test_an_insert_writes_the_row_and_reads_its_key_in_one_statement(submit, mon
     assert (row.number, row.replicas, row.placement) == (7, 2, {"0": {"node": "n1", "gpu_ids": [3]}})
     second = insert(JobEvent(job=job, reason="Started"))
     assert second.pk > event.pk and second.attempt_id is None
+
+
+def test_a_model_whose_saves_are_listened_to_is_saved_by_django(submit):
+    from django.db.models.signals import post_save
+
+    heard = []
+    job = submit("bob")
+    post_save.connect(lambda instance, **kw: heard.append(instance.message), sender=Job, weak=False,
+                      dispatch_uid="heard")
+    try:
+        job.message = "listened"
+        update_fields(job, ["message"])
+        insert(JobEvent(job=job, reason="Heard"))  # nobody listens to events: no signal needed
+    finally:
+        post_save.disconnect(sender=Job, dispatch_uid="heard")
+    assert heard == ["listened"] and Job.objects.get(pk=job.pk).message == "listened"
