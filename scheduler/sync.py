@@ -66,6 +66,11 @@ def timing_for(backend: Backend) -> Timing:
 # The jobs holding resources on a backend, with their attempts: read by every sync round, compiled once.
 HOLDING = Prepared(lambda backend: Job.objects.filter(phase__in=RESOURCE_PHASES, current_attempt__backend=backend)
                    .select_related("current_attempt"), backend=str)
+# The attempts, of the jobs HOLDING reads, that count against their limits: (job, outcome, how many).
+COUNTED_OUTCOMES = Prepared(lambda backend: Attempt.objects.filter(
+    job__phase__in=RESOURCE_PHASES, job__current_attempt__backend=backend,
+    outcome__in=("Requeued", *DISRUPTION_OUTCOMES)).values_list("job_id", "outcome").annotate(n=Count("id"))
+    .values_list("job_id", "outcome", "n"), backend=str)
 
 
 def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) -> int:
@@ -76,10 +81,7 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
     # One read of the attempts that count against limits: requeues (of jobs still preparing) and disruptions.
     preparing = {j.pk for j in jobs if j.phase == Phase.PREPARING}
     requeues, disruptions = Counter(), Counter()
-    for job_id, outcome, n in (
-        Attempt.objects.filter(job_id__in=[j.pk for j in jobs], outcome__in=("Requeued", *DISRUPTION_OUTCOMES))
-        .values_list("job_id", "outcome").annotate(n=Count("id")).values_list("job_id", "outcome", "n")
-    ):
+    for job_id, outcome, n in COUNTED_OUTCOMES.all(backend=backend.name):
         if outcome != "Requeued":
             disruptions[job_id] += n
         elif job_id in preparing:
