@@ -145,3 +145,17 @@ def test_every_prepared_query_of_the_project_is_compiled_once():
                     found[f"{module.name}.{name}"] = value
     assert len(found) >= 15
     assert [name for name, query in found.items() if query._compile() is None] == []
+
+
+def test_the_columns_converters_are_worked_out_once(submit, monkeypatch):
+    """A JSON column comes back decoded, a datetime as Django gives it, on every call; the converters of the
+    columns are looked up on the first only."""
+    job = submit("bob")
+    Job.objects.filter(pk=job.pk).update(env={"A": "1"})
+    query = Prepared(lambda pk: Job.objects.filter(pk=pk).values_list("env", "created_at"), pk=int)
+    expected = list(Job.objects.filter(pk=job.pk).values_list("env", "created_at"))
+    looked_up = []
+    own = SQLCompiler.get_converters
+    monkeypatch.setattr(SQLCompiler, "get_converters", lambda self, e: looked_up.append(1) or own(self, e))
+    assert [query.all(pk=job.pk) for _ in range(3)] == [expected] * 3
+    assert expected[0][0] == {"A": "1"} and len(looked_up) == 1

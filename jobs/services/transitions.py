@@ -170,7 +170,15 @@ def job_transition(
 
 def _column_values(job: Job) -> dict[str, Any]:
     """The job's column values by attribute name (a copy of mutable ones, so a change in place still shows)."""
-    return {f.attname: copy.copy(getattr(job, f.attname)) for f in Job._meta.concrete_fields if not f.primary_key}
+    loaded = job.__dict__  # as getattr gives them, without a descriptor call per column (a deferred one is read)
+    values = {name: loaded[name] if name in loaded else getattr(job, name) for name in _COLUMNS}
+    for name in _MUTABLE:
+        values[name] = copy.copy(values[name])
+    return values
+
+
+_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if not f.primary_key)
+_MUTABLE = frozenset(f.attname for f in Job._meta.concrete_fields if f.get_internal_type() == "JSONField")
 
 
 def terminated_status(phase: str, reason: str) -> str:
