@@ -54,7 +54,7 @@ def insert(instance: Model, *, using: str | None = None) -> Model:
     """As ``Model.objects.create``: the row inserted, its new primary key read back in the same statement."""
     model = type(instance)
     meta = model._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    fields = [f for f in meta.local_concrete_fields if not f.primary_key and not f.generated]
     db = using or router.db_for_write(model, instance=instance)
     connection = connections[db]
     if (instance.pk is not None or meta.pk not in meta.local_concrete_fields or meta.parents

@@ -1,11 +1,12 @@
 """Django's ASGI handler with its middleware run in one thread hop.
 
-Django's own handler builds an async middleware chain under ASGI: a chain of sync middleware (every middleware of
-this site is sync) is run in a thread, which hands the view's call back to the event loop, which hands it to the
-thread again. When the process is busy (the embedded default runs the scheduler in it) each hand-over waits for
-the loop and the GIL: about half of a submit's time in the web thread was spent waiting there. Here the chain is
-built as under WSGI (the middleware and the view called directly, one after another, in the thread) and the loop
-calls the whole chain once, in the thread Django would use (``thread_sensitive``)."""
+Under ASGI Django builds its middleware chain for the event loop: the site's sync middleware run in a thread, which
+hands the rest back to the loop (for django-htmx's, which can run async, and to call the view), which hands the
+view to the thread again. When the process is busy (the embedded default runs the scheduler in it) each hand-over
+waits for the loop and the GIL: profiled, the web thread spent about half of a submit's time waiting there. Here
+the chain is built as under WSGI (each middleware and the view called directly, one after another) and the loop
+hands the whole of it to the thread Django would use (``thread_sensitive``) once. A middleware that can only run
+async would still work: Django adapts it, with a hand-over of its own."""
 
 from __future__ import annotations
 
