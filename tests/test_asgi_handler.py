@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from asgiref.sync import AsyncToSync, sync_to_async
+from asgiref.sync import AsyncToSync
 from asgiref.testing import ApplicationCommunicator
-from django.db import connections
+from django.db import connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +32,7 @@ def get(path: str, cookie: str, *headers: tuple[bytes, bytes]) -> tuple[int, dic
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        await sync_to_async(connections.close_all, thread_sensitive=True)()  # the request thread's connection
+        await app.wait(60)  # to its end: the request's thread gives its database connection back to the pool
         return start["status"], dict(start["headers"]), body
 
     return asyncio.run(run())
@@ -51,3 +51,5 @@ def test_a_request_goes_through_every_middleware_without_going_back_to_the_loop(
     status, headers, partial = get("/jobs/new/", cookie, (b"hx-request", b"true"))
     assert status == 200 and b"<html" not in partial and b"phusers" in partial  # htmx's: the group's fields alone
     assert hops == []  # Django's handler handed each request back to the loop (its async path for htmx's)
+    stats = connection.pool.get_stats() if connection.vendor == "postgresql" and connection.pool else {}
+    assert stats.get("pool_size", 0) - stats.get("pool_available", 0) <= 1  # this thread's own, if any
