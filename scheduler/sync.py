@@ -175,8 +175,7 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
                         attempt_id=attempt.pk, job_id=job.pk, attempt_number=attempt.number,
                         replicas=attempt.replicas, force=force))
                 case RecordStarted(at=at):
-                    services.event_record(job=job, attempt=attempt, reason="Started", at=at, message=(
-                        f"Started {attempt.replicas} replica(s)" + (f" on {attempt.node}" if attempt.node else "")))
+                    services.attempt_record_started(job=job, attempt=attempt, at=at)
                 case CountRestart():
                     services.attempt_count_restart(attempt=attempt)
                 case Transition():

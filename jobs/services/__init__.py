@@ -18,6 +18,7 @@ from .backend_records import (
     attempt_count_restart,
     attempt_record_failure,
     attempt_record_launch,
+    attempt_record_started,
     job_mark_cleaned,
     nodes_record,
 )
@@ -46,9 +47,9 @@ from .waiting import BLOCKED_REASON, job_estimate_update, job_queue_behind_updat
 __all__ = [
     "BLOCKED_REASON", "CANNOT_ACT", "DEFAULT_STATUS", "EXIT_FAILURES", "SUBMIT_KEY_TTL", "UNSET", "WARNING_REASONS",
     "WARNING_STATUSES", "JobSpec", "SubmitKeyReused", "SubmitKeyTaken", "attempt_claim_launch",
-    "attempt_count_restart", "attempt_record_failure", "attempt_record_launch", "event_record", "job_admit",
-    "job_cancel", "job_cancel_many", "job_estimate_update", "job_mark_cleaned", "job_preempt",
-    "job_queue_behind_update", "job_queue_info_update", "job_restart", "job_retry_or_fail", "job_spec_validate",
-    "job_submit", "job_submitted_with", "job_terminate", "job_transition",
-    "jobs_release_backoff", "nodes_record", "terminated_status",
+    "attempt_count_restart", "attempt_record_failure", "attempt_record_launch", "attempt_record_started",
+    "event_record", "job_admit", "job_cancel", "job_cancel_many", "job_estimate_update", "job_mark_cleaned",
+    "job_preempt", "job_queue_behind_update", "job_queue_info_update", "job_restart", "job_retry_or_fail",
+    "job_spec_validate", "job_submit", "job_submitted_with", "job_terminate", "job_transition", "jobs_release_backoff",
+    "nodes_record", "terminated_status",
 ]

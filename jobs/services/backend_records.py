@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import Attempt, Job, Node
+from ..models import Attempt, Job, JobEvent, Node
 from ..prepared import Prepared
 from ..rules import fmt_duration
 from .events import event_record
@@ -27,6 +27,28 @@ def attempt_record_launch(*, attempt: Attempt, backend_data: dict[str, Any]) -> 
     """Keep what the backend needs to find the attempt's processes or pods again."""
     attempt.backend_data = backend_data
     Attempt.objects.filter(pk=attempt.pk).update(backend_data=backend_data)
+
+
+# The job's row, locked (its id only): what orders two schedulers recording the same start.
+JOB_ROW_LOCKED = Prepared(lambda pk: Job.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True),
+                          pk=int)
+STARTED = Prepared(lambda attempt: JobEvent.objects.filter(attempt_id=attempt, reason="Started")
+                   .values_list("pk", flat=True)[:1], attempt=int)
+
+
+@transaction.atomic
+def attempt_record_started(*, job: Job, attempt: Attempt, at: datetime | None = None) -> bool:
+    """The attempt's "Started" event, written once, when a sync first sees its replicas running; False when it
+    was there already. A scheduler that has just lost the leadership may sync the job a moment longer than the one
+    that took over (its lock's connection was cut: the database let the other take the lock before this one's
+    next round noticed): the job's row lock orders the two, and the second finds the first's event (each statement
+    reads what was committed before it)."""
+    JOB_ROW_LOCKED.all(pk=job.pk)
+    if STARTED.all(attempt=attempt.pk):
+        return False
+    event_record(job=job, attempt=attempt, reason="Started", at=at,
+                 message=f"Started {attempt.replicas} replica(s)" + (f" on {attempt.node}" if attempt.node else ""))
+    return True
 
 
 def attempt_record_failure(*, attempt: Attempt, rank: int) -> None:
