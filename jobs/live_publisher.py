@@ -48,19 +48,15 @@ def group_channel(group_id: int) -> str:
 ROW_UNUSED_FIELDS = ("command", "env", "array_params", "ports")
 
 
-def _rows(jobs):
-    # The row never shows the large columns: not read, not decoded.
-    return jobs.select_related("group", "user", "instance_type").order_by("id").defer(*ROW_UNUSED_FIELDS)
-
-
-def _row(pk):
+def _rows(ids):
     from .models import Job
 
-    return _rows(Job.objects.filter(pk=pk))
+    # The row never shows the large columns: not read, not decoded.
+    return (Job.objects.filter(pk__in=ids).select_related("group", "user", "instance_type").order_by("id")
+            .defer(*ROW_UNUSED_FIELDS))
 
 
-ROW = Prepared(_row, pk=int)
-FEW_ROWS = 4  # a batch of up to this many changed jobs reads each with ROW; a larger one reads them in one query
+ROWS = Prepared(_rows, ids=list)  # compiled once for each length of a batch
 
 
 def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
@@ -69,17 +65,12 @@ def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
     from django.template.loader import get_template
 
     from . import selectors
-    from .models import Job
 
     ids = sorted({int(i) for i in job_ids})
     if not ids:
         return []
     template = get_template("jobs/_job_row.html")
-    if len(ids) <= FEW_ROWS:  # the usual batch: each row from SQL compiled once
-        jobs = [job for pk in ids for job in ROW.all(pk=pk)]
-    else:
-        jobs = _rows(Job.objects.filter(pk__in=ids))
-    jobs = selectors.with_queue_positions(jobs)  # derived where read, as the page does
+    jobs = selectors.with_queue_positions(ROWS.all(ids=ids))  # derived where read, as the page does
     at = time.time()
     items = [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
               "row": template.render({"job": job}).strip()} for job in jobs if not job.array_id]

@@ -7,8 +7,10 @@ transition locks above all. A ``Prepared`` query keeps Django's compiler of its 
 call copies that compiler, gives it the SQL with its own values, and lets Django's own iterable build the rows, so
 what comes back is exactly what the queryset gives (model instances with their related objects, or value tuples).
 
-A value that the queryset does not pass through as it is (a lookup that rewrites it, an ``__in`` list) cannot be
-found among the compiled parameters: such a query is then built and compiled on every call, as any other."""
+A list of ids (an ``__in`` lookup) is a placeholder per id: its SQL is compiled once for each length asked for, up
+to ``LIST_MAX`` ids (a longer list, or an empty one, is built every call). A value that the queryset does not pass
+through as it is (a lookup that rewrites it) cannot be found among the compiled parameters: such a query is then
+built and compiled on every call, as any other."""
 
 from __future__ import annotations
 
@@ -22,12 +24,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.transaction import TransactionManagementError
 
 _STAND_INS = itertools.count(2_000_000_011, 7)  # integers no query of the project holds, inside a 32-bit column
 _lock = threading.Lock()
+LIST_MAX = 64  # the longest list of ids a query is compiled for (once per length)
 _UNSET = object()
 
 
@@ -37,8 +41,9 @@ class _Compiled:
     compiler: Any
     sql: str
     params: tuple
-    # (position among the params, name of the value, the type the compiler wrapped it in: psycopg's Int4, say)
-    places: tuple[tuple[int, str, type], ...]
+    # (position among the params, name of the value, its index when the value is a list, the type the compiler
+    # wrapped it in: psycopg's Int4, say)
+    places: tuple[tuple[int, str, int | None, type], ...]
     converters: _Converters
 
 
@@ -59,16 +64,17 @@ class _Converters:
 
 
 class Prepared:
-    """``build(**values)`` returns the queryset; ``kinds`` says what each value is: ``int``, ``str`` or
-    ``datetime``."""
+    """``build(**values)`` returns the queryset; ``kinds`` says what each value is: ``int``, ``str``, ``datetime``,
+    or ``list`` (of ints, for ``__in``)."""
 
     def __init__(self, build: Callable[..., QuerySet], **kinds: type):
         self.build = build
         self.names = tuple(inspect.signature(build).parameters)
-        if set(self.names) != set(kinds) or any(kind not in (int, str, datetime) for kind in kinds.values()):
-            raise TypeError(f"name each of {self.names} as int, str or datetime")
+        if set(self.names) != set(kinds) or any(kind not in (int, str, datetime, list) for kind in kinds.values()):
+            raise TypeError(f"name each of {self.names} as int, str, datetime or list")
         self.kinds = kinds
-        self._compiled: _Compiled | None | object = _UNSET
+        self.lists = tuple(name for name, kind in kinds.items() if kind is list)
+        self._compiled: dict[tuple[int, ...], _Compiled | None] = {}  # by the lengths of the lists
 
     def all(self, **values: Any) -> list:
         """The queryset's rows for these values, as iterating it would give them."""
@@ -88,17 +94,20 @@ class Prepared:
     def _queryset(self, values: dict[str, Any]) -> QuerySet:
         if set(values) != set(self.names):
             raise TypeError(f"give exactly {self.names}")
-        if self._compiled is _UNSET:
+        values = {**values, **{name: list(values[name]) for name in self.lists}}
+        shape = tuple(len(values[name]) for name in self.lists)
+        compiled = self._compiled.get(shape, _UNSET) if max(shape, default=0) <= LIST_MAX else None
+        if compiled is _UNSET:
             with _lock:
-                if self._compiled is _UNSET:
-                    self._compiled = self._compile()
-        compiled = self._compiled
+                compiled = self._compiled.get(shape, _UNSET)
+                if compiled is _UNSET:
+                    compiled = self._compiled[shape] = self._compile(shape)
         if compiled is None:
             return self.build(**values)
         params = list(compiled.params)
         connection = connections[compiled.template.db]  # this thread's
-        for position, name, wrap in compiled.places:
-            value = _db_value(self.kinds[name], values[name], connection)
+        for position, name, index, wrap in compiled.places:
+            value = _db_value(self.kinds[name], values[name] if index is None else values[name][index], connection)
             params[position] = value if type(value) is wrap else wrap(value)
         if (compiled.template.query.select_for_update and connection.features.has_select_for_update
                 and connection.get_autocommit()):  # as Django's compiler refuses it
@@ -112,17 +121,24 @@ class Prepared:
         queryset.query.get_compiler = lambda *args, **kwargs: compiler
         return queryset
 
-    def _compile(self) -> _Compiled | None:
-        stand_ins = {name: _stand_in(kind, name) for name, kind in self.kinds.items()}
+    def _compile(self, shape: tuple[int, ...] | None = None) -> _Compiled | None:
+        """The query compiled for lists of these lengths (by default two ids each); None when it cannot be."""
+        lengths = dict(zip(self.lists, shape or (2,) * len(self.lists), strict=True))
+        stand_ins = {name: ([next(_STAND_INS) for _ in range(lengths[name])] if kind is list else _stand_in(kind, name))
+                     for name, kind in self.kinds.items()}
         template = self.build(**stand_ins)
         compiler = template.query.get_compiler(using=template.db)
-        sql, params = compiler.as_sql()
-        in_sql = {name: _db_value(self.kinds[name], stand_in, compiler.connection)
-                  for name, stand_in in stand_ins.items()}
-        places = tuple((position, name, type(param)) for position, param in enumerate(params)
-                       for name, stand_in in in_sql.items()
+        try:
+            sql, params = compiler.as_sql()
+        except EmptyResultSet:  # an empty list: Django answers without asking the database
+            return None
+        wanted = {(name, index): _db_value(self.kinds[name], value, compiler.connection)
+                  for name, stand_in in stand_ins.items()
+                  for index, value in (enumerate(stand_in) if name in lengths else [(None, stand_in)])}
+        places = tuple((position, name, index, type(param)) for position, param in enumerate(params)
+                       for (name, index), stand_in in wanted.items()
                        if isinstance(param, type(stand_in)) and param == stand_in)
-        if {name for _, name, _ in places} != set(stand_ins):
+        if {(name, index) for _, name, index, _ in places} != set(wanted):
             return None  # a value the queryset rewrote: built on every call
         return _Compiled(template=template, compiler=compiler, sql=sql, params=tuple(params), places=places,
                          converters=_Converters())

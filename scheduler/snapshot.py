@@ -70,12 +70,9 @@ def snapshot(backend: Backend, *, head_rows: Mapping[int, int] | None = None) ->
     if head_rows is None:
         head_rows = {gid: HEAD_ROWS for gid in groups if gid not in stopped}
 
+    rows = {r[0]: r for r in UNSETTLED.all(stopped=stopped)}
     if stopped:  # a stopped queue: every job in it becomes inadmissible
-        unsettled, in_stopped = queued_read_whole(stopped)
-        rows = {r[0]: r for r in unsettled.values_list(*QUEUED_FIELDS)}
-        rows.update((r[0], r) for r in in_stopped.values_list(*QUEUED_FIELDS))
-    else:
-        rows = {r[0]: r for r in UNSETTLED.all()}
+        rows.update((r[0], r) for r in IN_STOPPED.all(stopped=stopped))
     prefix: dict[int, set[int]] = {gid: set() for gid in head_rows}
     for r in queue_heads(head_rows):
         rows[r[0]] = r
@@ -233,10 +230,7 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
         by_limit.setdefault(n, []).append(gid)
     found: list[tuple] = []
     for n, gids in by_limit.items():
-        if connection.vendor != "postgresql" and len(gids) <= FEW_GROUPS:  # a compiled query for each
-            for gid in gids:
-                found.extend(GROUP_HEADS.all(group=gid, limit=n))
-        elif connection.vendor == "postgresql":
+        if connection.vendor == "postgresql":
             columns = ", ".join(f"j.{Job._meta.get_field(f).column}" for f in QUEUED_FIELDS)
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -244,24 +238,21 @@ def queue_heads(limits: Mapping[int, int]) -> list[tuple]:
                     [gids, *HEADS_PARAMS, n])
                 found.extend(cursor.fetchall())
         else:
-            found.extend(_heads(gids, n))
+            found.extend(HEADS.all(groups=gids, limit=n))
     return found
 
 
-def _heads(gids, limit: int) -> QuerySet:
-    """Not PostgreSQL: the first ``limit`` jobs behind the head of each group of ``gids``, by a window function."""
-    return (Job.objects.filter(phase=Phase.PENDING, reason=Reason.BLOCKED, group_id__in=gids, dependency_wait=False)
-            .annotate(rank=Window(RowNumber(), partition_by=F("group_id"),
-                                  order_by=[F("priority").desc(), F("queued_at").asc(), F("id").asc()]))
-            .filter(rank__lte=limit).values_list(*QUEUED_FIELDS))
-
-
-# A pass's reads that are alike every time, compiled once (jobs.prepared).
+# A pass's reads, compiled once (jobs.prepared).
 GROUPS = Prepared(lambda: Group.objects.values_list("id", "name", "queue_stopped"))
 QUOTAS = Prepared(lambda: GroupQuota.objects.values_list("group_id", "resource", "quota", "limit", "user_quota"))
-UNSETTLED = Prepared(lambda: queued_read_whole(())[0].values_list(*QUEUED_FIELDS))  # no queue stopped
-FEW_GROUPS = 8  # SQLite: up to this many groups, one compiled query each rather than one built for them all
-GROUP_HEADS = Prepared(lambda group, limit: _heads([group], limit), group=int, limit=int)
+UNSETTLED = Prepared(lambda stopped: queued_read_whole(stopped)[0].values_list(*QUEUED_FIELDS), stopped=list)
+IN_STOPPED = Prepared(lambda stopped: queued_read_whole(stopped)[1].values_list(*QUEUED_FIELDS), stopped=list)
+# Not PostgreSQL: the first ``limit`` jobs behind the head of each group of ``groups``, by a window function.
+HEADS = Prepared(lambda groups, limit: Job.objects.filter(
+    phase=Phase.PENDING, reason=Reason.BLOCKED, group_id__in=groups, dependency_wait=False)
+    .annotate(rank=Window(RowNumber(), partition_by=F("group_id"),
+                          order_by=[F("priority").desc(), F("queued_at").asc(), F("id").asc()]))
+    .filter(rank__lte=limit).values_list(*QUEUED_FIELDS), groups=list, limit=int)
 
 
 HEADS_PARAMS = (Phase.PENDING, Reason.BLOCKED)

@@ -21,8 +21,9 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import RESOURCE_PHASES, TERMINAL_PHASES, EventType, Phase
-from jobs.models import Attempt, Job, JobEvent
+from jobs.models import Attempt, Job
 from jobs.prepared import Prepared
+from jobs.services.backend_records import STARTED_OF
 from jobs.state_machine import InvalidTransition
 
 from .actuator import Actuator, get_actuator
@@ -66,11 +67,10 @@ def timing_for(backend: Backend) -> Timing:
 # The jobs holding resources on a backend, with their attempts: read by every sync round, compiled once.
 HOLDING = Prepared(lambda backend: Job.objects.filter(phase__in=RESOURCE_PHASES, current_attempt__backend=backend)
                    .select_related("current_attempt"), backend=str)
-# The attempts, of the jobs HOLDING reads, that count against their limits: (job, outcome, how many).
-COUNTED_OUTCOMES = Prepared(lambda backend: Attempt.objects.filter(
-    job__phase__in=RESOURCE_PHASES, job__current_attempt__backend=backend,
-    outcome__in=("Requeued", *DISRUPTION_OUTCOMES)).values_list("job_id", "outcome").annotate(n=Count("id"))
-    .values_list("job_id", "outcome", "n"), backend=str)
+# The attempts of these jobs that count against their limits: (job, outcome, how many).
+COUNTED_OUTCOMES = Prepared(lambda jobs: Attempt.objects.filter(
+    job_id__in=jobs, outcome__in=("Requeued", *DISRUPTION_OUTCOMES)).values_list("job_id", "outcome")
+    .annotate(n=Count("id")).values_list("job_id", "outcome", "n"), jobs=list)
 
 
 def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) -> int:
@@ -81,7 +81,7 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
     # One read of the attempts that count against limits: requeues (of jobs still preparing) and disruptions.
     preparing = {j.pk for j in jobs if j.phase == Phase.PREPARING}
     requeues, disruptions = Counter(), Counter()
-    for job_id, outcome, n in COUNTED_OUTCOMES.all(backend=backend.name):
+    for job_id, outcome, n in COUNTED_OUTCOMES.all(jobs=[j.pk for j in jobs]):
         if outcome != "Requeued":
             disruptions[job_id] += n
         elif job_id in preparing:
@@ -91,8 +91,7 @@ def sync_jobs(*, backend: Backend | None = None, now: datetime | None = None) ->
     # written once a replica is seen running.
     preparing = {j.current_attempt_id for j in jobs if j.phase in (Phase.PREPARING, Phase.UNKNOWN)
                  and j.current_attempt.launched_at is not None}
-    unrecorded = preparing - set(JobEvent.objects.filter(attempt_id__in=preparing, reason="Started")
-                                 .values_list("attempt_id", flat=True)) if preparing else set()
+    unrecorded = preparing - set(STARTED_OF.all(attempts=sorted(preparing)))
     count = 0
     for job in jobs:
         if actuator.in_flight("launch", job.pk) or actuator.in_flight("relaunch", job.pk):
@@ -211,6 +210,8 @@ def apply(job: Job, actions: list[Action], *, actuator: Actuator, now: datetime)
 EXPIRED = Prepared(lambda now: Job.objects.filter(cleaned_at__isnull=True, expires_at__lte=now,
                                                   phase__in=TERMINAL_PHASES).values_list("id", flat=True)[:500],
                    now=datetime)
+ATTEMPTS_OF = Prepared(lambda jobs, backend: Attempt.objects.filter(job_id__in=jobs, backend=backend)
+                       .values_list("job_id", "number", "replicas"), jobs=list, backend=str)
 
 
 def housekeeping(*, backend: Backend | None = None, now: datetime | None = None) -> None:
@@ -222,8 +223,7 @@ def housekeeping(*, backend: Backend | None = None, now: datetime | None = None)
     actuator = get_actuator(backend)
     due = EXPIRED.all(now=now)
     attempts: dict[int, list[tuple[int, int]]] = {job_id: [] for job_id in due}
-    for job_id, number, replicas in Attempt.objects.filter(job_id__in=due, backend=backend.name).values_list(
-            "job_id", "number", "replicas") if due else ():
+    for job_id, number, replicas in ATTEMPTS_OF.all(jobs=due, backend=backend.name):
         attempts[job_id].append((number, replicas))
     for job_id, left in attempts.items():
         actuator.cleanup(job_id, left, lambda job_id=job_id: services.job_mark_cleaned(job_id=job_id,

@@ -108,22 +108,48 @@ def test_only_int_str_and_datetime_values_named_as_the_builder_names_them():
         WITH_ATTEMPT.all(id=1)
 
 
-def test_a_groups_queue_heads_compiled_once_are_those_of_the_query_for_all_groups(world, submit):
-    """The embedded default's SQLite reads each of a few groups' heads with a compiled query (GROUP_HEADS): the
-    same rows as the one query for them all (here on the suite's database)."""
+def test_the_queue_heads_compiled_once_are_those_of_the_query_built_each_pass(world, submit, monkeypatch):
+    """The embedded default's SQLite reads the groups' heads with a compiled query (HEADS, a list of groups): the
+    same rows as the query built anew (here on the suite's database), however many groups are asked."""
     from jobs.choices import Phase
     from scheduler.core import Reason
-    from scheduler.snapshot import GROUP_HEADS, _heads
+    from scheduler.snapshot import HEADS
 
     for user, group, priority in [("bob", "phusers", 0), ("pan", "phusers", 10), ("lin", "research", 0),
                                   ("lin", "research", 5), ("bob", "phusers", 10)]:
         job = submit(user, group=group)
         Job.objects.filter(pk=job.pk).update(phase=Phase.PENDING, reason=Reason.BLOCKED, priority=priority)
     groups = [world.groups["phusers"].pk, world.groups["research"].pk]
-    for limit in (1, 2, 5):
-        everyone = sorted(_heads(groups, limit))
-        assert everyone and sorted(r for g in groups for r in GROUP_HEADS.all(group=g, limit=limit)) == everyone
-    assert GROUP_HEADS._compiled is not None  # both values found in the SQL: never built again
+    built = {(tuple(gids), limit): sorted(HEADS.build(groups=gids, limit=limit))
+             for gids in (groups, groups[:1]) for limit in (1, 2, 5)}
+    assert all(built.values())
+    HEADS.all(groups=groups, limit=1)
+    HEADS.all(groups=groups[:1], limit=1)
+    monkeypatch.setattr(SQLCompiler, "as_sql", lambda *a, **k: pytest.fail("compiled again"))
+    assert {key: sorted(HEADS.all(groups=list(key[0]), limit=key[1])) for key in built} == built
+
+
+def test_a_list_of_ids_is_compiled_once_for_each_length(submit, monkeypatch):
+    jobs = [submit("bob") for _ in range(4)]
+    ids = [j.pk for j in jobs]
+    names = Prepared(lambda ids: Job.objects.filter(pk__in=ids).order_by("pk").values_list("pk", flat=True),
+                     ids=list)
+    assert names.all(ids=ids[:2]) == ids[:2] and names.all(ids=ids[:3]) == ids[:3]
+    monkeypatch.setattr(SQLCompiler, "as_sql", lambda *a, **k: pytest.fail("compiled again"))
+    assert names.all(ids=ids[2:]) == ids[2:]  # other values, the length compiled before
+    assert names.all(ids=[ids[3], ids[0], ids[1]]) == [ids[0], ids[1], ids[3]]
+    assert names.all(ids=(ids[1], 10**9)) == [ids[1]]  # any sequence; an id no row has
+
+
+def test_an_empty_or_long_list_is_built_as_django_builds_it(submit, django_assert_num_queries):
+    from jobs import prepared
+
+    job = submit("bob")
+    names = Prepared(lambda ids: Job.objects.filter(pk__in=ids).values_list("pk", flat=True), ids=list)
+    with django_assert_num_queries(0):  # Django answers an empty list without the database
+        assert names.all(ids=[]) == []
+    many = [job.pk, *range(10**9, 10**9 + prepared.LIST_MAX)]
+    assert names.all(ids=many) == [job.pk] and (len(many),) not in names._compiled  # built, not kept
 
 
 def test_every_prepared_query_of_the_project_is_compiled_once():

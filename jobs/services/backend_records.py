@@ -32,8 +32,9 @@ def attempt_record_launch(*, attempt: Attempt, backend_data: dict[str, Any]) -> 
 # The job's row, locked (its id only): what orders two schedulers recording the same start.
 JOB_ROW_LOCKED = Prepared(lambda pk: Job.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True),
                           pk=int)
-STARTED = Prepared(lambda attempt: JobEvent.objects.filter(attempt_id=attempt, reason="Started")
-                   .values_list("pk", flat=True)[:1], attempt=int)
+# Which of these attempts have their "Started" event.
+STARTED_OF = Prepared(lambda attempts: JobEvent.objects.filter(attempt_id__in=attempts, reason="Started")
+                      .values_list("attempt_id", flat=True), attempts=list)
 
 
 @transaction.atomic
@@ -44,7 +45,7 @@ def attempt_record_started(*, job: Job, attempt: Attempt, at: datetime | None = 
     next round noticed): the job's row lock orders the two, and the second finds the first's event (each statement
     reads what was committed before it)."""
     JOB_ROW_LOCKED.all(pk=job.pk)
-    if STARTED.all(attempt=attempt.pk):
+    if STARTED_OF.all(attempts=[attempt.pk]):
         return False
     event_record(job=job, attempt=attempt, reason="Started", at=at,
                  message=f"Started {attempt.replicas} replica(s)" + (f" on {attempt.node}" if attempt.node else ""))

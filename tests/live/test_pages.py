@@ -47,28 +47,16 @@ def test_each_change_is_rendered_once_as_the_list_row_in_one_query(submit, djang
 
 def test_rows_in_every_state_are_rendered_without_reading_a_column_per_row(submit, django_assert_num_queries):
     """The row's query leaves out the columns it does not show (live_publisher.ROW_UNUSED_FIELDS): a row that read
-    one would cost a query per job. Queued, running over quota, ended: a read per row (a batch this small reads
-    each from SQL compiled once, live_publisher.ROW) and one of the queue positions."""
+    one would cost a query per job. Queued, running over quota, ended: two queries (rows, queue positions)."""
     queued = pending(submit("bob"), position=1)
     running, _ = admitted(submit("pan", name="big"))
     services.job_transition(job=running, phase=Phase.RUNNING, reason="Started", over_quota=True)
     ended, _ = admitted(submit("bob"))
     services.job_transition(job=ended, phase=Phase.FAILED, reason="Error", exit_code=3)
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(2):
         items = live_publisher.render_rows([queued.pk, running.pk, ended.pk])
     rows = {item["id"]: item["row"] for item in items}
     assert "#1 in" in rows[queued.pk] and "over quota" in rows[running.pk] and "big" in rows[running.pk]
-
-
-def test_a_small_batch_read_row_by_row_draws_what_one_query_for_them_draws(submit, monkeypatch):
-    queued = pending(submit("bob"), position=1)
-    running, _ = admitted(submit("pan", name="big"))
-    ids = [queued.pk, running.pk, submit("lin", group="research").pk]
-    by_row = live_publisher.render_rows(ids)
-    monkeypatch.setattr(live_publisher, "FEW_ROWS", 0)
-    together = live_publisher.render_rows(ids)
-    assert [(i["id"], i["phase"], i["row"]) for i in by_row] == [(i["id"], i["phase"], i["row"]) for i in together]
-    assert len(by_row) == 3 and "#1 in" in by_row[0]["row"]
 
 
 def test_publish_never_raises(monkeypatch, submit, caplog):
