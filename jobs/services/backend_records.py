@@ -37,7 +37,7 @@ STARTED_OF = Prepared(lambda attempts: JobEvent.objects.filter(attempt_id__in=at
                       .values_list("attempt_id", flat=True), attempts=list)
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # inside a sync round's transaction: no savepoint of its own
 def attempt_record_started(*, job: Job, attempt: Attempt, at: datetime | None = None) -> bool:
     """The attempt's "Started" event, written once, when a sync first sees its replicas running; False when it
     was there already. A scheduler that has just lost the leadership may sync the job a moment longer than the one
