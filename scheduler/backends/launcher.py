@@ -42,14 +42,15 @@ from functools import cache
 from pathlib import Path
 
 try:
-    from . import local_exec, local_runner
+    from . import local_exec, local_runner, netns_sys
 except ImportError:  # run as a script (python launcher.py): its directory is on sys.path
     import local_exec  # type: ignore[no-redef]
     import local_runner  # type: ignore[no-redef]
+    import netns_sys  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "local_runner.py"
-SOURCES = ("launcher.py", "local_runner.py", "local_exec.py", "cgroups.py")
+SOURCES = ("launcher.py", "local_runner.py", "local_exec.py", "cgroups.py", "netns_sys.py")
 MAX_MESSAGE = 16 << 20
 MAX_FDS = 16
 # How long a client waits for a launcher to start, and for the answer to one request.
@@ -181,6 +182,9 @@ class Server:
             if op == "ping":
                 send_message(conn, {"ok": True, "pid": os.getpid(), "version": version()})
                 return "ping"
+            if op == "network":
+                send_message(conn, self.network(message, fds, conn))
+                return "network"
             send_message(conn, self.launch(message, fds, conn))
             return "launch"
         except (OSError, ValueError) as exc:
@@ -206,15 +210,67 @@ class Server:
         if pid == 0:
             _supervisor(argv, env, close=(self.lock_fd, self.listener.fileno(), conn.fileno()))
         # The child's only work is the supervisor's fork: it exits 0 once the supervisor exists.
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-        if os.waitstatus_to_exitcode(status) != 0:
-            return {"error": f"the supervisor could not be started (exit {os.waitstatus_to_exitcode(status)})"}
+        if (code := _wait_child(pid)) != 0:
+            return {"error": f"the supervisor could not be started (exit {code})"}
         return {"ok": True}
+
+
+    def network(self, message: dict, fds: list[int], conn: socket.socket) -> dict:
+        """Fork the holder of an attempt's network namespace (netns_sys.hold), reading the pipe ``fds[0]``; its
+        pid once the namespace is set up. The holder is a grandchild, adopted by init as the supervisors are."""
+        routes, env = message.get("routes"), message.get("env")
+        if (len(fds) != 1 or not isinstance(routes, list) or not all(isinstance(r, str) for r in routes)
+                or not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values())):
+            return {"error": "a network needs routes, env and the attempt's pipe"}
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(report_r)
+            os.close(report_w)
+            return {"error": f"cannot fork: {exc}"}
+        if pid == 0:
+            _holder(bool(message.get("privileged")), routes, env, fds[0], report_w,
+                    close=(self.lock_fd, self.listener.fileno(), conn.fileno(), report_r))
+        os.close(report_w)
+        try:
+            _wait_child(pid)
+            said = b""
+            while chunk := os.read(report_r, 4096):  # until the holder has exec'd or exited
+                said += chunk
+        finally:
+            os.close(report_r)
+        if len(said) < 8:
+            return {"error": "the namespace's holder could not be started"}
+        holder, error = struct.unpack("!q", said[:8])[0], said[8:].decode(errors="replace")
+        return {"error": f"the job's network namespace did not start: {error}"} if error else {"ok": True,
+                                                                                                "pid": holder}
+
+
+def _wait_child(pid: int) -> int:
+    while True:
+        try:
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        except InterruptedError:
+            continue
+
+
+def _holder(privileged: bool, routes: list[str], env: dict[str, str], stdin: int, report: int,
+            close: tuple[int, ...]) -> None:
+    """In the launcher's child: fork the holder (its own session), tell its pid on ``report`` and exit."""
+    try:
+        for fd in close:
+            os.close(fd)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        holder = os.fork()
+        if holder == 0:
+            os.setsid()
+            netns_sys.hold(privileged=privileged, routes=routes, stdin=stdin, env=env, report=report)
+        os.write(report, struct.pack("!q", holder))
+    except BaseException:  # noqa: BLE001 - anything: this child must never return into the launcher's loop
+        os._exit(1)
+    os._exit(0)
 
 
 def _supervisor(argv: list[str], env: dict[str, str], close: tuple[int, ...]) -> None:
@@ -295,6 +351,14 @@ class Launcher:
         if not answer.get("ok"):
             raise Unavailable(str(answer.get("error", "no reason given")))
         self.seen = True
+
+    def hold_network(self, *, routes: list[str], privileged: bool, env: dict[str, str], stdin: int) -> int:
+        """The pid of a holder of a new network namespace (netns_sys.hold) reading the pipe ``stdin``, set up with
+        the prohibited ``routes``; Unavailable or NoAnswer when the launcher did not make one."""
+        answer = self.request({"op": "network", "routes": routes, "privileged": privileged, "env": env}, (stdin,))
+        if not answer.get("ok") or not isinstance(answer.get("pid"), int):
+            raise Unavailable(str(answer.get("error", "no reason given")))
+        return answer["pid"]
 
     def request(self, message: dict, fds: tuple[int, ...] = ()) -> dict:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

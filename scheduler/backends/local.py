@@ -302,7 +302,8 @@ class LocalBackend(BackendDefaults):
         try:
             if facts.outbound:
                 write_atomic(attempt_dir / "resolv.conf", netns.RESOLV_CONF)
-            network = netns.open_network(facts, f"{self.root_id}:{spec.job_id}:{spec.attempt_number}")
+            network = netns.open_network(facts, f"{self.root_id}:{spec.job_id}:{spec.attempt_number}",
+                                         self.launcher)
         except OSError as exc:
             raise LaunchError(f"cannot make the job's network: {exc}") from exc
         with self._launchers_lock:  # reaped like the launchers once they end
@@ -343,7 +344,7 @@ class LocalBackend(BackendDefaults):
             command, env = sandbox.sandbox_argv(facts), sandbox.sandbox_env(env, facts)
             options = ["--sandboxed", f"{facts.uid}:{facts.gid}"]
             if network is not None:
-                command, keep = [*network.enter_argv(), *command], (network.keep_fd,)
+                options, keep = [*options, *network.runner_options()], (network.keep_fd,)
         else:
             if environment is not None:  # unsandboxed: its bin first, that is all (a root file system is no use)
                 env.update(environment.variables, PATH=":".join(filter(None, [environment.bin, env["PATH"]])))

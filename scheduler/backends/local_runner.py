@@ -1,7 +1,7 @@
 """Supervisor of one replica of the local backend. Standalone: no Django, run as a script.
 
     python local_runner.py [--grace SECONDS] [--sandboxed UID[:GID]] [--notify SOCKET] [--limits PLAN] \
-        STATE_DIR LOG_FILE WORK_DIR -- ARGV...
+        [--network HOLDER[:user]] STATE_DIR LOG_FILE WORK_DIR -- ARGV...
 
 Usually not run as a script but forked, with its arguments and environment, by the installation's launcher
 (launcher.py), which calls ``main`` as the script would. It detaches (fork, new session) so the replica outlives
@@ -26,7 +26,8 @@ With ``--sandboxed UID[:GID]`` ARGV is a sandbox (bubblewrap, see sandbox.py) ar
 may run as UID: the runner writes the sandbox's own process to ``sandbox.pid`` (a stop leaves it alone: it ends with
 the command, and everything in the sandbox with it), and copies the command's output into LOG_FILE from a pipe, so
 the command never holds the log file itself. While the sandbox runs, the runner is its door: ``exec.sock`` in
-STATE_DIR starts commands inside it for the site (local_exec.py).
+STATE_DIR starts commands inside it for the site (local_exec.py). With ``--network`` the command enters the
+network namespace (and user namespace, ``:user``) of the attempt's holder process between its fork and its exec.
 
 With ``--limits PLAN`` (a ``cgroups.Plan`` as JSON) the command runs in a cgroup of its own, made before it starts
 and entered between its fork and its exec (so the sandbox and all it starts are in it), with RLIMIT_FSIZE at the
@@ -54,10 +55,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from . import cgroups, local_exec
+    from . import cgroups, local_exec, netns_sys
 except ImportError:  # run as a script (python local_runner.py): its directory is on sys.path
     import cgroups  # type: ignore[no-redef]
     import local_exec  # type: ignore[no-redef]
+    import netns_sys  # type: ignore[no-redef]
 
 MARKER = "JOBSITE_REPLICA"
 PR_SET_CHILD_SUBREAPER = 36
@@ -369,7 +371,8 @@ class Limiter:
 
 def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
               sandbox_uid: int | None = None, notify_path: Path | None = None,
-              plan: cgroups.Plan | None = None, sandbox_gid: int | None = None) -> int:
+              plan: cgroups.Plan | None = None, sandbox_gid: int | None = None,
+              network: str | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)  # we stay to kill what is left and record the exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -393,16 +396,22 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
             def preexec() -> None:
                 _default_signals()
                 limiter.enter()
+                netns_sys.enter(namespaces)
 
-            try:
+            namespaces: list[tuple[int, int]] = []
+            try:  # --network HOLDER[:user]: the attempt's namespaces, entered by the command (its holder lives
+                if network is not None:  # while this process holds the attempt's pipe)
+                    holder, _, user = network.partition(":")
+                    namespaces = netns_sys.open_namespaces(int(holder), user=user == "user")
                 child = subprocess.Popen(
                     argv, cwd=cwd, stdin=devnull, stdout=subprocess.PIPE if sandboxed else out,
                     stderr=subprocess.STDOUT, preexec_fn=preexec,
                 )
-            except (OSError, subprocess.SubprocessError) as exc:
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 out.write(f"jobsite: cannot start the command: {exc}\n".encode())
                 code = 127
             else:
+                netns_sys.close_namespaces(namespaces)
                 if sandboxed:
                     copier = threading.Thread(target=_copy, args=(child.stdout, out), daemon=True)
                     copier.start()
@@ -452,12 +461,12 @@ def _become_subreaper() -> None:
 
 
 USAGE = ("usage: local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify SOCKET] [--limits PLAN] "
-         "STATE LOG CWD -- ARGV...")
+         "[--network HOLDER[:user]] STATE LOG CWD -- ARGV...")
 
 
 def main() -> None:
     args = sys.argv[1:]
-    options = {"--grace": "10", "--sandboxed": None, "--notify": None, "--limits": None}
+    options = {"--grace": "10", "--sandboxed": None, "--notify": None, "--limits": None, "--network": None}
     while args[:1] and args[0] in options and len(args) > 1:  # in any order
         options[args[0]], args = args[1], args[2:]
     if len(args) < 5 or args[3] != "--":
@@ -480,7 +489,8 @@ def main() -> None:
     for std in (0, 1, 2):
         os.dup2(fd, std)
     try:
-        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path, plan, sandbox_gid)
+        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path, plan, sandbox_gid,
+                  options["--network"])
     finally:
         os._exit(0)
 

@@ -11,14 +11,15 @@ what else a job reaches:
                           inside the namespace, which the job, without capabilities, cannot change.
   ``none``                loopback only.
 
-The namespace is held by a small process (``unshare`` running ``cat`` on a pipe; as a server that is not root,
-in a user namespace of its own too). The write end of that pipe goes to every supervisor of the attempt and to
-nobody else, so when the last of them ends, the holder reads end-of-file and exits, ``slirp4netns`` (whose exit fd
-is the same pipe) with it, and the kernel frees the namespace: it ends with the attempt, whoever dies first, the
-scheduler included. A supervisor joins the namespace with ``nsenter`` right before bubblewrap; it holds the pipe
-open while it does, so the holder it names is alive.
+The namespace is held by a small process (``cat`` on a pipe; as a server that is not root, in a user namespace
+of its own too), forked by the installation's launcher (netns_sys.py: the namespace made with system calls) or,
+without one, started as ``unshare`` running a shell and ``ip``. The write end of that pipe goes to every
+supervisor of the attempt and to nobody else, so when the last of them ends, the holder reads end-of-file and
+exits, ``slirp4netns`` (whose exit fd is the same pipe) with it, and the kernel frees the namespace: it ends with
+the attempt, whoever dies first, the scheduler included. A supervisor (``--network``) enters the namespace between
+the fork and the exec of bubblewrap; it holds the pipe open while it does, so the holder it names is alive.
 
-``holder_argv``, ``slirp_argv``, ``enter_argv`` and ``blocked_routes`` are pure; ``open_network`` starts the
+``holder_argv``, ``slirp_argv``, ``runner_options`` and ``blocked_routes`` are pure; ``open_network`` starts the
 processes.
 """
 
@@ -73,7 +74,6 @@ class NetFacts:
     mode: str  # outbound | none
     privileged: bool  # a root server: no user namespace of its own
     unshare: str = "/usr/bin/unshare"
-    nsenter: str = "/usr/bin/nsenter"
     slirp: str = ""  # slirp4netns, for outbound
     blocked: tuple[str, ...] = field(default=ALWAYS_BLOCKED)  # prohibited routes (CIDRs)
 
@@ -108,11 +108,10 @@ def slirp_argv(f: NetFacts, pid: int, *, ready_fd: int, exit_fd: int) -> list[st
             "--enable-seccomp", f"--ready-fd={ready_fd}", f"--exit-fd={exit_fd}", *user, str(pid), TAP]
 
 
-def enter_argv(f: NetFacts, pid: int) -> list[str]:
-    """What a supervisor runs its sandbox under: into the namespace of the holder ``pid`` (and its user namespace
-    when it has one, keeping the server's credentials, which are root there)."""
-    user = [] if f.privileged else ["--preserve-credentials", f"--user=/proc/{pid}/ns/user"]
-    return [f.nsenter, *user, f"--net=/proc/{pid}/ns/net", "--"]
+def runner_options(f: NetFacts, pid: int) -> list[str]:
+    """What tells a supervisor (local_runner.py) to start its sandbox in the namespace of the holder ``pid`` (and
+    its user namespace when it has one, keeping the server's credentials, which are root there)."""
+    return ["--network", f"{pid}" if f.privileged else f"{pid}:user"]
 
 
 # --- the machine (not pure) ----------------------------------------------------------------------------------------
@@ -156,7 +155,7 @@ def _slirp() -> str:
 
 def host_facts(mode: str) -> NetFacts:
     return NetFacts(mode=mode, privileged=os.geteuid() == 0, unshare=shutil.which("unshare") or "unshare",
-                    nsenter=shutil.which("nsenter") or "nsenter", slirp=_slirp(),
+                    slirp=_slirp(),
                     blocked=blocked_routes(local_addresses()))
 
 
@@ -174,8 +173,8 @@ class Network:
     keep_fd: int
     processes: list[subprocess.Popen]
 
-    def enter_argv(self) -> list[str]:
-        return enter_argv(self.facts, self.pid)
+    def runner_options(self) -> list[str]:
+        return runner_options(self.facts, self.pid)
 
     def close(self) -> None:
         if self.keep_fd >= 0:
@@ -190,23 +189,22 @@ def _wait_readable(fd: int, deadline: float) -> bool:
     return False
 
 
-def open_network(f: NetFacts, marker: str) -> Network:
-    """Make an attempt's namespace and wait until it is ready; the caller hands ``keep_fd`` to the supervisors."""
+def open_network(f: NetFacts, marker: str, launcher=None) -> Network:
+    """Make an attempt's namespace and wait until it is ready; the caller hands ``keep_fd`` to the supervisors.
+    The holder is forked by ``launcher`` (launcher.Launcher) when it answers, else started as ``unshare``."""
     hold_r, keep = os.pipe()
     started: list[subprocess.Popen] = []
     try:
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), MARKER: marker}
-        holder = subprocess.Popen(holder_argv(f), stdin=hold_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env, start_new_session=True)
-        started.append(holder)
         deadline = time.monotonic() + READY_SECONDS
-        if not _wait_readable(holder.stdout.fileno(), deadline) or holder.stdout.readline() != b"ready\n":
-            raise NetworkError(f"the job's network namespace did not start: {_stderr(holder)}")
-        holder.stdout.close()
+        holder = _forked_holder(f, env, hold_r, launcher)
+        if holder is None:
+            started.append(_started_holder(f, env, hold_r, deadline))
+            holder = started[0].pid
         if f.outbound:
             ready_r, ready_w = os.pipe()
             try:
-                slirp = subprocess.Popen(slirp_argv(f, holder.pid, ready_fd=ready_w, exit_fd=hold_r),
+                slirp = subprocess.Popen(slirp_argv(f, holder, ready_fd=ready_w, exit_fd=hold_r),
                                          pass_fds=(ready_w, hold_r), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                          start_new_session=True)
@@ -219,7 +217,7 @@ def open_network(f: NetFacts, marker: str) -> Network:
                 os.close(ready_r)
                 if ready_w >= 0:
                     os.close(ready_w)
-        return Network(f, holder.pid, keep, started)
+        return Network(f, holder, keep, started)
     except (OSError, subprocess.SubprocessError) as exc:
         os.close(keep)
         for p in started:
@@ -228,6 +226,32 @@ def open_network(f: NetFacts, marker: str) -> Network:
         raise exc if isinstance(exc, NetworkError) else NetworkError(str(exc)) from exc
     finally:
         os.close(hold_r)
+
+
+def _forked_holder(f: NetFacts, env: dict[str, str], hold_r: int, launcher) -> int | None:
+    """The pid of a holder the launcher forked; None when there is no launcher or it made none (the namespace is
+    then made by ``unshare``: a holder it may have forked ends with ``hold_r``'s writers, having none)."""
+    if launcher is None:
+        return None
+    try:
+        return launcher.hold_network(routes=list(f.blocked), privileged=f.privileged, env=env, stdin=hold_r)
+    except OSError as exc:
+        log.info("the launcher made no network namespace (%s): started with unshare", exc)
+        return None
+
+
+def _started_holder(f: NetFacts, env: dict[str, str], hold_r: int, deadline: float) -> subprocess.Popen:
+    holder = subprocess.Popen(holder_argv(f), stdin=hold_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, start_new_session=True)
+    try:
+        if not _wait_readable(holder.stdout.fileno(), deadline) or holder.stdout.readline() != b"ready\n":
+            raise NetworkError(f"the job's network namespace did not start: {_stderr(holder)}")
+    except BaseException:
+        holder.kill()
+        holder.wait()
+        raise
+    holder.stdout.close()
+    return holder
 
 
 def _stderr(p: subprocess.Popen) -> str:

@@ -23,7 +23,7 @@ from jobs.models import InstanceType
 from scheduler.backend_factory import get_backend
 from scheduler.backends import netns
 from scheduler.backends.local_runner import processes
-from scheduler.backends.netns import NetFacts, blocked_routes, enter_argv, holder_argv, slirp_argv
+from scheduler.backends.netns import NetFacts, blocked_routes, holder_argv, runner_options, slirp_argv
 from scheduler.backends.sandbox import gpu_devices, sandbox_argv
 from tests import waiting
 
@@ -62,10 +62,9 @@ def test_this_machines_addresses_from_the_routing_table(tmp_path):
 
 
 @pytest.mark.parametrize("label, privileged, holder_user, enter_user, slirp_user", [
-    ("a root server: the namespace in the machine's user namespace", True, [], [], []),
+    ("a root server: the namespace in the machine's user namespace", True, [], ["--network", "42"], []),
     ("any other user: a user namespace of its own, where the server's user is root",
-     False, ["--user", "--map-root-user"], ["--preserve-credentials", "--user=/proc/42/ns/user"],
-     ["--userns-path=/proc/42/ns/user"]),
+     False, ["--user", "--map-root-user"], ["--network", "42:user"], ["--userns-path=/proc/42/ns/user"]),
 ])
 def test_the_namespace_command_lines(label, privileged, holder_user, enter_user, slirp_user):
     f = NetFacts(mode="outbound", privileged=privileged, slirp="/usr/bin/slirp4netns",
@@ -74,7 +73,7 @@ def test_the_namespace_command_lines(label, privileged, holder_user, enter_user,
     assert holder[:2 + len(holder_user)] == ["/usr/bin/unshare", "--net", *holder_user], label
     assert holder[-3:] == ["jobsite-netns", "192.0.2.2/32", "169.254.0.0/16"]
     assert "route add prohibit" in holder[-4] and "link set lo up" in holder[-4]
-    assert enter_argv(f, 42) == ["/usr/bin/nsenter", *enter_user, "--net=/proc/42/ns/net", "--"]
+    assert runner_options(f, 42) == enter_user
     slirp = slirp_argv(f, 42, ready_fd=5, exit_fd=6)
     assert slirp[0] == "/usr/bin/slirp4netns" and slirp[-2:] == ["42", "tap0"]
     for option in ("--configure", "--disable-host-loopback", "--enable-sandbox", "--enable-seccomp",
