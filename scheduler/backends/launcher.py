@@ -4,19 +4,21 @@ replica's supervisor from its preloaded modules, rather than a Python interprete
     python launcher.py SOCKET [--idle SECONDS]
 
 Standalone, as ``local_runner.py``: no Django. It imports the supervisor's modules (local_runner, cgroups,
-local_exec) once, binds the Unix stream socket SOCKET (mode 0600, in the backend's state directory, which no job
-sees), forks itself into the background (its own session: it outlives the scheduler that started it, like the
-supervisors) and then serves one request at a time. A request is what ``subprocess.Popen`` would have been given:
-the supervisor's argv (``python local_runner.py ...``), its environment and the descriptors it must hold (the
-attempt's network namespace, passed as SCM_RIGHTS). For each, the launcher forks a child that takes that
-environment and runs ``local_runner.main()``, which detaches exactly as the script does (a second fork, a new
-session, the child subreaper): so the supervisor is the same program with the same state files, exec socket,
-cgroup, sandbox and user as one started as an interpreter, but it costs a fork instead of an interpreter's start
-and imports. The answer comes once the supervisor exists (``{"ok": true}``) or could not be made
-(``{"error": ...}``: nothing started, the backend starts it as an interpreter instead).
+local_exec, netns_sys) once, binds the Unix stream socket SOCKET (mode 0600, in the backend's state directory,
+which no job sees), forks itself into the background (its own session: it outlives the scheduler that started it,
+like the supervisors) and then serves one request at a time. A launch is what ``subprocess.Popen`` would have been
+given: the supervisor's argv (``python local_runner.py ...``), its environment and the descriptors it must hold
+(the attempt's network namespace, passed as SCM_RIGHTS). For each, the launcher forks a child that takes that
+environment and runs ``local_runner.main()``, which detaches as the script does (a new session, the child
+subreaper) but without the script's second fork: the launcher collects its children when they end. So the
+supervisor is the same program with the same state files, exec socket, cgroup, sandbox and user as one started as
+an interpreter, but it costs a fork instead of an interpreter's start and imports. The answer comes once the
+supervisor exists (``{"ok": true}``) or could not be made (``{"error": ...}``: nothing started, the backend starts
+it as an interpreter instead). A ``network`` request forks the holder of an attempt's network namespace
+(netns_sys.py) and answers with its pid once the namespace is set up.
 
 Only a peer of the launcher's own user is served. One launcher per socket: a lock file beside it
-(``SOCKET.lock``) keeps a second from starting; the socket's name carries a digest of the four modules' source, so
+(``SOCKET.lock``) keeps a second from starting; the socket's name carries a digest of the five modules' source, so
 a launcher of older code is never used: it exits once idle for ``--idle`` seconds, as any launcher does, or when
 its socket is removed or taken over.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -151,6 +155,7 @@ class Server:
         while True:
             ready = select.select([self.listener], [], [], TICK_SECONDS)[0]
             if not ready:
+                reap()
                 if time.monotonic() - last > self.idle or not self.still_ours():
                     break
                 continue
@@ -159,6 +164,7 @@ class Server:
             except OSError:
                 continue
             last = time.monotonic()
+            reap()  # before the request: whoever asks finds the children that had ended collected
             with conn:
                 if self.handle(conn) == "stop":
                     break
@@ -204,47 +210,74 @@ class Server:
         if Path(argv[1]).resolve() != RUNNER:
             return {"error": f"this launcher starts {RUNNER}, not {argv[1]}"}
         try:
-            pid = os.fork()
+            pid, said = self._fork(conn, lambda report: _supervisor(argv, env, report))
         except OSError as exc:
             return {"error": f"cannot fork: {exc}"}
-        if pid == 0:
-            _supervisor(argv, env, close=(self.lock_fd, self.listener.fileno(), conn.fileno()))
-        # The child's only work is the supervisor's fork: it exits 0 once the supervisor exists.
-        if (code := _wait_child(pid)) != 0:
-            return {"error": f"the supervisor could not be started (exit {code})"}
+        if said != b"ok":  # it ended before it was the supervisor
+            return {"error": f"the supervisor could not be started (exit {_wait_child(pid)})"}
         return {"ok": True}
-
 
     def network(self, message: dict, fds: list[int], conn: socket.socket) -> dict:
         """Fork the holder of an attempt's network namespace (netns_sys.hold), reading the pipe ``fds[0]``; its
-        pid once the namespace is set up. The holder is a grandchild, adopted by init as the supervisors are."""
+        pid once the namespace is set up."""
         routes, env = message.get("routes"), message.get("env")
         if (len(fds) != 1 or not isinstance(routes, list) or not all(isinstance(r, str) for r in routes)
                 or not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values())):
             return {"error": "a network needs routes, env and the attempt's pipe"}
+        privileged = bool(message.get("privileged"))
+
+        def holder(report: int) -> None:
+            os.setsid()
+            netns_sys.hold(privileged=privileged, routes=routes, stdin=fds[0], env=env, report=report)
+        try:
+            pid, said = self._fork(conn, holder)
+        except OSError as exc:
+            return {"error": f"cannot fork: {exc}"}
+        if said:  # it said why and exited; else it is ``cat`` now
+            _wait_child(pid)
+            return {"error": f"the job's network namespace did not start: {said.decode(errors='replace')}"}
+        return {"ok": True, "pid": pid}
+
+    def _fork(self, conn: socket.socket, child: Callable[[int], None]) -> tuple[int, bytes]:
+        """Fork a child that runs ``child(report)``, never returning into this loop; its pid and what it wrote on
+        ``report``, a close-on-exec pipe, before closing it (by an exec, or at its end). The child is this
+        process's own: it is reaped when it ends (``reap``), as the launcher's children all are, without a second
+        fork per launch."""
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.fork()
-        except OSError as exc:
+        except OSError:
             os.close(report_r)
             os.close(report_w)
-            return {"error": f"cannot fork: {exc}"}
+            raise
         if pid == 0:
-            _holder(bool(message.get("privileged")), routes, env, fds[0], report_w,
-                    close=(self.lock_fd, self.listener.fileno(), conn.fileno(), report_r))
+            try:
+                for fd in (self.lock_fd, self.listener.fileno(), conn.fileno(), report_r):
+                    os.close(fd)
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+                    signal.signal(sig, signal.SIG_DFL)
+                child(report_w)
+            finally:  # anything: this child must never return into the launcher's loop
+                os._exit(1)
         os.close(report_w)
+        said = b""
         try:
-            _wait_child(pid)
-            said = b""
-            while chunk := os.read(report_r, 4096):  # until the holder has exec'd or exited
+            while chunk := os.read(report_r, 4096):
                 said += chunk
         finally:
             os.close(report_r)
-        if len(said) < 8:
-            return {"error": "the namespace's holder could not be started"}
-        holder, error = struct.unpack("!q", said[:8])[0], said[8:].decode(errors="replace")
-        return {"error": f"the job's network namespace did not start: {error}"} if error else {"ok": True,
-                                                                                                "pid": holder}
+        return pid, said
+
+
+def reap() -> None:
+    """Collect the launcher's children that have ended (supervisors, holders)."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _wait_child(pid: int) -> int:
@@ -255,36 +288,18 @@ def _wait_child(pid: int) -> int:
             continue
 
 
-def _holder(privileged: bool, routes: list[str], env: dict[str, str], stdin: int, report: int,
-            close: tuple[int, ...]) -> None:
-    """In the launcher's child: fork the holder (its own session), tell its pid on ``report`` and exit."""
-    try:
-        for fd in close:
-            os.close(fd)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        holder = os.fork()
-        if holder == 0:
-            os.setsid()
-            netns_sys.hold(privileged=privileged, routes=routes, stdin=stdin, env=env, report=report)
-        os.write(report, struct.pack("!q", holder))
-    except BaseException:  # noqa: BLE001 - anything: this child must never return into the launcher's loop
-        os._exit(1)
-    os._exit(0)
+def _supervisor(argv: list[str], env: dict[str, str], report: int) -> None:
+    """In the launcher's child: become what ``python local_runner.py ARGS`` with ``env`` would be, and run it,
+    saying ``ok`` on ``report`` once it is the supervisor (``local_runner.main``); never returns."""
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = argv[1:]
 
-
-def _supervisor(argv: list[str], env: dict[str, str], close: tuple[int, ...]) -> None:
-    """In the launcher's child: become what ``python local_runner.py ARGS`` with ``env`` would be, and run it.
-    Never returns; exits 0 once the supervisor has forked off (``local_runner.main``), 1 when it could not."""
+    def started() -> None:
+        os.write(report, b"ok")
+        os.close(report)
     try:
-        for fd in close:
-            os.close(fd)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        os.environ.clear()
-        os.environ.update(env)
-        sys.argv = argv[1:]
-        local_runner.main()  # forks: here, exits 0 in the parent; the supervisor itself ends with os._exit
+        local_runner.main(started=started)  # ends with os._exit
     except BaseException:  # noqa: BLE001 - anything: this child must never return into the launcher's loop
         os._exit(1)
     os._exit(1)
@@ -309,6 +324,9 @@ def main() -> None:
     for std in (0, 1, 2):
         os.dup2(fd, std)
     os.close(fd)
+    # Every object made so far (the modules) out of the collector's reach: a child's collections would otherwise
+    # walk them and write to each one's header, copying most of the launcher's pages into every supervisor.
+    gc.freeze()
     try:
         server.serve()
     finally:

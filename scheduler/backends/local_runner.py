@@ -3,13 +3,13 @@
     python local_runner.py [--grace SECONDS] [--sandboxed UID[:GID]] [--notify SOCKET] [--limits PLAN] \
         [--network HOLDER[:user]] STATE_DIR LOG_FILE WORK_DIR -- ARGV...
 
-Usually not run as a script but forked, with its arguments and environment, by the installation's launcher
-(launcher.py), which calls ``main`` as the script would. It detaches (fork, new session) so the replica outlives
-the web server that started it, becomes the child subreaper of everything the command starts (orphans are
-re-parented to it, not to init), then writes into
-STATE_DIR: ``runner.pid`` ("pid starttime"), ``child.pid``, and at the end ``exit_code`` (atomically). With
-``--notify SOCKET`` it then sends one datagram to that Unix socket (the scheduler's, see ``ExitEvents`` in local.py),
-so the exit is noticed at once rather than at the next periodic sync; a lost datagram only delays that to the sync.
+Usually forked, with its arguments and environment, by the installation's launcher (launcher.py), which calls
+``main`` (and collects the supervisor, its child, when it ends). It detaches (new session; as a script, a fork
+too) so the replica outlives the web server that started it, becomes the child subreaper of everything the
+command starts (orphans are re-parented to it, not to init), then writes into STATE_DIR: ``runner.pid`` ("pid
+starttime"), ``child.pid``, and at the end ``exit_code`` (atomically). With ``--notify SOCKET`` it then sends one
+datagram to that Unix socket (the scheduler's, see ``ExitEvents`` in local.py), so the exit is noticed at once
+rather than at the next periodic sync; a lost datagram only delays that to the sync.
 
 Every process of the replica carries its marker, the environment variable ``JOBSITE_REPLICA`` the backend sets
 ("<root id>:<job>:<attempt>:<rank>"), inherited by all it starts, ``setsid`` escapees included. When the command
@@ -464,7 +464,7 @@ USAGE = ("usage: local_runner.py [--grace SECONDS] [--sandboxed UID] [--notify S
          "[--network HOLDER[:user]] STATE LOG CWD -- ARGV...")
 
 
-def main() -> None:
+def main(started: Callable[[], None] | None = None) -> None:
     args = sys.argv[1:]
     options = {"--grace": "10", "--sandboxed": None, "--notify": None, "--limits": None, "--network": None}
     while args[:1] and args[0] in options and len(args) > 1:  # in any order
@@ -478,19 +478,19 @@ def main() -> None:
         sandbox_uid, sandbox_gid = int(uid_text), int(gid_text) if gid_text else None
     notify_path = None if options["--notify"] is None else Path(options["--notify"])
     plan = None if options["--limits"] is None else cgroups.Plan.from_json(options["--limits"])
-    state, log, cwd = (Path(a) for a in args[:3])
-    argv = args[4:]
-    if os.fork() > 0:
-        os._exit(0)  # the launcher reaps this parent at once; the supervisor is adopted by init
+    state, log, cwd, argv = *(Path(a) for a in args[:3]), args[4:]
+    if started is None and os.fork() > 0:
+        os._exit(0)  # the scheduler reaps this parent at once; the supervisor is adopted by init
     os.setsid()  # session and process group leader: the command and all it starts are in its group
     _become_subreaper()
+    if started is not None:  # forked by the launcher: told, it collects this process when it ends
+        started()
     os.chdir("/")
     fd = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
         os.dup2(fd, std)
     try:
-        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path, plan, sandbox_gid,
-                  options["--network"])
+        supervise(state, log, cwd, argv, grace, sandbox_uid, notify_path, plan, sandbox_gid, options["--network"])
     finally:
         os._exit(0)
 

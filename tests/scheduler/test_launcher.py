@@ -49,6 +49,11 @@ def cmdline(pid: int) -> list[str]:
         return [a.decode() for a in f.read().split(b"\0") if a]
 
 
+def parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def launcher_pid(backend) -> int:
     return backend.launcher.request({"op": "ping"})["pid"]
 
@@ -84,8 +89,8 @@ def test_a_replica_is_forked_by_the_launcher_and_runs_as_before(backend, caplog)
     with caplog.at_level(logging.INFO, logger="scheduler.backends.local"):
         backend.launch(spec(1, command="echo hello from $RANK; sleep 30", replicas=2))
     pids = [supervisor_pid(backend, 1, rank) for rank in (0, 1)]
-    for pid in pids:  # forked from the launcher's interpreter: its command line, not local_runner.py's
-        assert any(a.endswith("launcher.py") for a in cmdline(pid))
+    for pid in pids:  # forked from the launcher's interpreter (its child): its command line, not local_runner.py's
+        assert any(a.endswith("launcher.py") for a in cmdline(pid)) and parent(pid) == launcher_pid(backend)
     waiting.wait_for(lambda: all(o.state == ReplicaState.RUNNING
                                  for o in backend.observe(job_id=1, attempt_number=1, replicas=2)), timeout=60)
     backend.stop(job_id=1, attempt_number=1, replicas=2)
@@ -94,6 +99,9 @@ def test_a_replica_is_forked_by_the_launcher_and_runs_as_before(backend, caplog)
         log = backend.log_path(job_id=1, attempt_number=1, rank=rank).read_text()
         assert f"hello from {rank}" in log
     assert not caplog.records  # no fallback was needed
+    waiting.wait_for(lambda: not any(alive(pid) for pid in pids), timeout=60, message="the supervisors to end")
+    launcher_pid(backend)  # a request: the launcher collects its children that have ended first
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]  # no zombie left
 
 
 def test_the_launcher_socket_is_private_and_survives_a_new_backend(backend, tmp_path):

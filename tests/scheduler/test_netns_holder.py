@@ -13,7 +13,7 @@ from scheduler.backends import launcher, netns, netns_sys
 from scheduler.backends.netns import NetFacts, holder_argv
 from tests import waiting
 
-from .test_launcher import alive, backend, bare_backend, cmdline, exit_code, spec, supervisor_pid  # noqa: F401
+from .test_launcher import alive, backend, bare_backend, cmdline, exit_code, parent, spec, supervisor_pid  # noqa: F401
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="makes namespaces: root")]
@@ -127,12 +127,12 @@ def test_the_launcher_forks_a_holder_that_ends_with_the_attempts_pipe(backend): 
     try:
         assert holders("test:1:1") == [pid] and cmdline(pid) == ["cat"]  # found by its marker, as the shell's
         assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
-        launcher_pid = backend.launcher.request({"op": "ping"})["pid"]
-        with open(f"/proc/{pid}/stat") as f:
-            assert int(f.read().rsplit(")", 1)[1].split()[1]) != launcher_pid  # adopted, not the launcher's
+        assert parent(pid) == backend.launcher.request({"op": "ping"})["pid"]  # the launcher's own child
     finally:
         os.close(keep)  # the last writer: the holder reads end-of-file and goes
     waiting.wait_for(lambda: not alive(pid), timeout=60, message="the holder to end with its pipe")
+    backend.launcher.request({"op": "ping"})  # the launcher collects its children after each request
+    assert not os.path.exists(f"/proc/{pid}")  # no zombie left
 
 
 def test_a_holder_that_cannot_set_up_is_refused_and_nothing_is_left(backend):  # noqa: F811
@@ -152,8 +152,7 @@ def test_a_replica_runs_in_the_namespace_of_the_launchers_holder(backend):  # no
     backend.launch(spec(1, command="readlink /proc/self/ns/net; ip route; sleep 30"))
     supervisor_pid(backend, 1)
     [holder] = [pid for pid in holders(f"{backend.root_id}:1:1") if cmdline(pid) == ["cat"]]  # not slirp4netns
-    with open(f"/proc/{holder}/stat") as f:
-        assert int(f.read().rsplit(")", 1)[1].split()[1]) != os.getpid()  # not started by this scheduler
+    assert parent(holder) == backend.launcher.request({"op": "ping"})["pid"]  # not started by this scheduler
     log = backend.log_path(job_id=1, attempt_number=1, rank=0)
     waiting.wait_for(lambda: log.exists() and "prohibit 169.254.0.0/16" in log.read_text(), timeout=60,
                      message="the replica to show its namespace")
