@@ -90,7 +90,11 @@ def answered(write: Callable[[], Job], serialize: Callable[[Job], dict[str, Any]
 
 
 def as_created(job: Job) -> Job:
-    """A job this request has just created, ready to serialize without reading it back: it has no attempts yet (an
-    empty queryset reads nothing); its group, user, image and instance type are the objects it was made with."""
-    job._prefetched_objects_cache = {"attempts": Attempt.objects.none()}  # what prefetching nothing leaves
+    """A job this request has just created, ready to serialize without reading it back: it has no attempts yet (as
+    prefetching leaves nothing: a queryset with its empty result in hand, which compiles no SQL when iterated, as an
+    empty queryset would to find it has nothing to run); its group, user, image and instance type are the objects it
+    was made with."""
+    attempts = Attempt.objects.none()
+    attempts._result_cache, attempts._prefetch_done = [], True
+    job._prefetched_objects_cache = {"attempts": attempts}
     return job
