@@ -497,3 +497,4 @@ JOBSITE_EXEC_CHECK_SECONDS = env.float("JOBSITE_EXEC_CHECK_SECONDS", default=5.0
 JOBSITE_GATEWAY_URL = env.str("JOBSITE_GATEWAY_URL", default="")  # host:port of `rungateway` (Kubernetes exec, ports)
 from .settings_launcher import *  # noqa: E402,F403 - the local backend's launcher
 from .settings_ports import *  # noqa: E402,F403 - a job's ports' own host names (JOBSITE_PORTS_DOMAIN)
+from .settings_web import *  # noqa: E402,F403 - the web process's request threads
