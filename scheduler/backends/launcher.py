@@ -271,13 +271,7 @@ class Server:
 
 def reap() -> None:
     """Collect the launcher's children that have ended (supervisors, holders)."""
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    local_runner.reap_children(lambda pid, status: None)
 
 
 def _wait_child(pid: int) -> int:

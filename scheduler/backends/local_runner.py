@@ -224,8 +224,9 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _reap() -> None:
-    """Collect every child that has ended (orphans of the command are ours to collect, as subreaper)."""
+def reap_children(record: Callable[[int, int], None] = local_exec.REAPED.record) -> None:
+    """Collect every child that has ended (orphans of the command are ours to collect, as subreaper), each
+    (pid, status) told to ``record`` (the exec door's record of statuses; the launcher keeps none)."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -233,7 +234,7 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-        local_exec.REAPED.record(pid, status)
+        record(pid, status)
 
 
 def _wait(pid: int) -> int:
@@ -268,7 +269,7 @@ def sweep(find: Callable[[], list[Proc]], grace: float) -> list[Proc]:
     deadline = time.monotonic() + grace
     termed: set[tuple[int, str]] = set()
     while True:
-        _reap()
+        reap_children()
         left = find()
         now = time.monotonic()
         if not left or now > deadline + KILL_WAIT_SECONDS:  # nothing left, or only what cannot be killed
@@ -365,7 +366,7 @@ class Limiter:
         """Kill whatever is left in the cgroup and remove it."""
         if self.cgroup is not None:
             self.cgroup.kill(KILL_WAIT_SECONDS)
-            _reap()
+            reap_children()
             self.cgroup.remove()
 
 
@@ -430,7 +431,7 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
         reason = limiter.reason(code)
         if survivors := sweep(find, grace):  # the scheduler looks for them itself (observe)
             write_atomic(state / LEFT_FILE, " ".join(str(p.pid) for p in survivors))
-        _reap()
+        reap_children()
         limiter.end()
         if copier is not None:  # the sandbox is gone, and all that held the pipe with it
             copier.join(KILL_WAIT_SECONDS)
