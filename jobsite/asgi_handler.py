@@ -42,9 +42,9 @@ async def _in_thread(func, *args):
     return await asyncio.get_running_loop().run_in_executor(_pool(), context.run, func, *args)
 
 
-async def _disconnected(receive) -> bool:
-    """Until the client goes away (True); any other message after the body is not expected (False)."""
-    return (await receive())["type"] == "http.disconnect"
+async def _gone(receive) -> None:
+    """Returns when the client goes away: after the body, the only message the server sends."""
+    await receive()
 
 
 class OneHopASGIHandler(ASGIHandler):
@@ -61,7 +61,7 @@ class OneHopASGIHandler(ASGIHandler):
             body_file = await self.read_body(receive)
         except RequestAborted:
             return
-        gone = asyncio.ensure_future(_disconnected(receive))
+        gone = asyncio.ensure_future(_gone(receive))
         try:
             response, closed = await _in_thread(self._respond, scope, body_file)
             try:
