@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from ..choices import Phase
 from ..models import Job
+from ..prepared import Prepared
 
 
 def job_queue_info_update(updates: dict[int, str]) -> None:
@@ -24,7 +25,7 @@ def job_queue_info_update(updates: dict[int, str]) -> None:
     Not a status change (no event): one bulk write per scheduling pass, however long the queue. Queue positions
     are not stored: they are derived where they are read (``selectors.queue_positions``).
     """
-    _bulk_update([Job(pk=pk, message=message) for pk, message in updates.items()], ["message"])
+    _bulk_update({pk: (message,) for pk, message in updates.items()}, ["message"])
 
 
 BLOCKED_REASON = "BlockedByQueueHead"
@@ -76,29 +77,36 @@ def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None
     if not updates:
         return
     with transaction.atomic():
-        pending = Job.objects.select_for_update().filter(pk__in=list(updates), phase=Phase.PENDING)
-        _bulk_update([Job(pk=pk, estimated_start=updates[pk][0], estimate_basis=updates[pk][1])
-                      for pk in pending.values_list("pk", flat=True)], ["estimated_start", "estimate_basis"])
+        pending = STILL_PENDING.all(ids=list(updates))
+        _bulk_update({pk: updates[pk] for pk in pending}, ["estimated_start", "estimate_basis"])
 
 
-def _bulk_update(jobs: list[Job], fields: list[str]) -> None:
-    """Write ``fields`` of many jobs at once and publish them after commit (one query, one small message each)."""
-    if not jobs:
+# Which of some jobs are still pending, their rows locked (compiled once for each number of jobs, up to 64).
+STILL_PENDING = Prepared(lambda ids: Job.objects.select_for_update().filter(pk__in=ids, phase=Phase.PENDING)
+                         .values_list("pk", flat=True), ids=list)
+
+
+def _bulk_update(rows: dict[int, tuple], fields: list[str]) -> None:
+    """Write ``fields`` of many jobs at once ({job id: their values}) and publish them after commit (one query,
+    one small message each)."""
+    if not rows:
         return
     if connection.vendor in ("postgresql", "sqlite"):
-        update_from_values(jobs, fields, connection)
+        update_from_values(rows, fields, connection)
     else:
-        Job.objects.bulk_update(jobs, fields, batch_size=1000)
+        Job.objects.bulk_update([Job(pk=pk, **dict(zip(fields, values, strict=True))) for pk, values in rows.items()],
+                                fields, batch_size=1000)
     from ..live_publisher import publish_job_changes
 
-    changed = [j.pk for j in jobs]
+    changed = list(rows)
     transaction.on_commit(lambda: publish_job_changes(changed), robust=True)
 
 
-def update_from_values(jobs: list[Job], fields: list[str], db: BaseDatabaseWrapper, batch: int = 5000) -> None:
-    """PostgreSQL and SQLite: ``UPDATE … FROM (VALUES …)``, one statement per ``batch`` jobs (Django's
-    ``bulk_update`` builds a CASE per field and row: seconds of Python for thousands of rows, and most of a small
-    update's CPU). SQLite names the columns of VALUES column1, column2, … and has no casts to need."""
+def update_from_values(rows: dict[int, tuple], fields: list[str], db: BaseDatabaseWrapper, batch: int = 5000) -> None:
+    """PostgreSQL and SQLite: ``UPDATE … FROM (VALUES …)`` of ``fields`` ({job id: their values}, no model
+    instance built), one statement per ``batch`` jobs (Django's ``bulk_update`` builds a CASE per field and row:
+    seconds of Python for thousands of rows, and most of a small update's CPU). SQLite names the columns of VALUES
+    column1, column2, … and has no casts to need."""
     columns = [Job._meta.get_field(f) for f in fields]
     if db.vendor == "postgresql":
         row = "(%s::bigint, " + ", ".join(f"%s::{c.db_type(db)}" for c in columns) + ")"
@@ -110,12 +118,13 @@ def update_from_values(jobs: list[Job], fields: list[str], db: BaseDatabaseWrapp
         source = "v"
         batch = min(batch, db.features.max_query_params // len(names))
     sets = ", ".join(f"{c.column} = v.{name}" for c, name in zip(columns, names[1:], strict=True))
+    items = list(rows.items())
     with db.cursor() as cursor:
-        for start in range(0, len(jobs), batch):
-            chunk = jobs[start:start + batch]
+        for start in range(0, len(items), batch):
+            chunk = items[start:start + batch]
             params: list[Any] = []
-            for job in chunk:
-                params.append(job.pk)
-                params.extend(c.get_db_prep_save(getattr(job, c.attname), db) for c in columns)
+            for pk, values in chunk:
+                params.append(pk)
+                params.extend(c.get_db_prep_save(v, db) for c, v in zip(columns, values, strict=True))
             cursor.execute(f"UPDATE {Job._meta.db_table} AS j SET {sets} FROM (VALUES {', '.join([row] * len(chunk))}) "
                            f"AS {source} WHERE j.id = v.{names[0]}", params)

@@ -273,9 +273,9 @@ def test_many_estimates_are_written_in_one_statement_per_batch_on_sqlite_too(tmp
                        "estimate_basis varchar(16) NOT NULL)")
         cursor.executemany(f"INSERT INTO {table} VALUES (%s, NULL, '')", [(n,) for n in range(1, 1002)])
     start = timezone.now().replace(microsecond=0)
-    jobs = [Job(pk=n, estimated_start=start + timedelta(minutes=n), estimate_basis="history") for n in range(1, 1001)]
+    rows = {n: (start + timedelta(minutes=n), "history") for n in range(1, 1001)}
     with CaptureQueriesContext(db) as queries:
-        update_from_values(jobs, ["estimated_start", "estimate_basis"], db)
+        update_from_values(rows, ["estimated_start", "estimate_basis"], db)
     assert len(queries) == 4  # 333 rows a statement: 999 parameters at most
     with db.cursor() as cursor:
         cursor.execute(f"SELECT id, estimated_start, estimate_basis FROM {table} WHERE id IN (1, 1000, 1001)")
