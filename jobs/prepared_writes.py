@@ -1,4 +1,5 @@
-"""Hot writes whose SQL is made once: an UPDATE of some columns of one row, and an INSERT of a whole row.
+"""Hot writes whose SQL is made once: an UPDATE of some columns of one row (of an instance in hand, or by its key
+and only while some columns are still empty), and an INSERT of a whole row.
 
 Django's ``save`` and ``create`` build a query and compile it to SQL on every call (a query object, its compiler,
 each column quoted): on the hottest writes, a transition's job row and its event, that costs the scheduler and the
@@ -9,7 +10,8 @@ needs a placeholder of its own, or a value that is an expression, goes through D
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from django.db import DatabaseError, connections, router
 from django.db.models import Model
@@ -48,6 +50,33 @@ def update_fields(instance: Model, names: Sequence[str], *, using: str | None = 
             raise DatabaseError(f"{meta.object_name} {instance.pk}: the update of {', '.join(names)} changed "
                                 f"{cursor.rowcount} rows")
     instance._state.db = db
+
+
+def update_row(model: type[Model], pk: Any, values: Mapping[str, Any], *, where_null: Sequence[str] = (),
+               using: str | None = None) -> int:
+    """As ``model.objects.filter(pk=pk, <name>__isnull=True for each of where_null).update(**values)``: the
+    number of rows changed (0 when the row is gone or one of ``where_null`` is set). No ``pre_save`` applies (as
+    ``update``); a value that is an expression, or a field with a placeholder of its own, goes through Django."""
+    meta = model._meta
+    fields = [meta.get_field(name) for name in values]
+    if not fields or any(hasattr(f, "get_placeholder") or hasattr(v, "resolve_expression")
+                         for f, v in zip(fields, values.values(), strict=True)):
+        return model._default_manager.using(using).filter(
+            pk=pk, **{f"{name}__isnull": True for name in where_null}).update(**values)
+    db = using or router.db_for_write(model)
+    connection = connections[db]
+    key = ("update_row", model, db, tuple(values), tuple(where_null))
+    sql = _sql.get(key)
+    if sql is None:
+        qn = connection.ops.quote_name
+        empty = "".join(f" AND {qn(meta.get_field(name).column)} IS NULL" for name in where_null)
+        sql = _sql[key] = (f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(f.column)} = %s' for f in fields)} "
+                           f"WHERE {qn(meta.pk.column)} = %s{empty}")
+    params = [f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)]
+    params.append(meta.pk.get_db_prep_value(pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 def insert(instance: Model, *, using: str | None = None) -> Model:

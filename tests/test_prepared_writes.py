@@ -84,3 +84,27 @@ def test_a_model_whose_saves_are_listened_to_is_saved_by_django(submit):
     finally:
         post_save.disconnect(sender=Job, dispatch_uid="heard")
     assert heard == ["listened"] and Job.objects.get(pk=job.pk).message == "listened"
+
+
+def test_a_row_updated_by_its_key_while_a_column_is_empty_counts_what_it_changed(submit, monkeypatch):
+    """A launch's claim: the row written only while ``launched_at`` is empty, the count telling who claimed it."""
+    from django.utils import timezone
+
+    from jobs.prepared_writes import update_row
+
+    job = submit("bob")
+    first, other = (insert(Attempt(job=job, number=n, replicas=1, gpu=0, backend="local")) for n in (1, 2))
+    update_row(Attempt, other.pk, {"launched_at": timezone.now()}, where_null=("launched_at",))  # made once
+    no_compiling(monkeypatch)
+    at = timezone.now()
+    with CaptureQueriesContext(connection) as queries:
+        assert update_row(Attempt, first.pk, {"launched_at": at}, where_null=("launched_at",)) == 1
+        assert update_row(Attempt, first.pk, {"launched_at": timezone.now()}, where_null=("launched_at",)) == 0
+    assert len(queries) == 2
+    assert Attempt.objects.get(pk=first.pk).launched_at == at  # the first claim's, not the second's
+    assert update_row(Attempt, first.pk, {"backend_data": {"root": "/x"}}) == 1  # JSON, prepared by its field
+    assert Attempt.objects.get(pk=first.pk).backend_data == {"root": "/x"}
+    assert update_row(Attempt, 10**9, {"backend_data": {}}) == 0  # a row gone: nothing, as update() does
+    monkeypatch.undo()
+    assert update_row(Attempt, first.pk, {"number": F("number") + 10}) == 1  # an expression: through Django
+    assert Attempt.objects.get(pk=first.pk).number == 11

@@ -13,20 +13,20 @@ from django.utils import timezone
 
 from ..models import Attempt, Job, JobEvent, Node
 from ..prepared import Prepared
+from ..prepared_writes import update_row
 from ..rules import fmt_duration
 from .events import event_record
 
 
 def attempt_claim_launch(*, attempt: Attempt, now: datetime | None = None) -> bool:
     """Claim the launch of an attempt: True for exactly one caller (the pass's after-commit hook or a sync)."""
-    return bool(Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(
-        launched_at=now or timezone.now()))
+    return update_row(Attempt, attempt.pk, {"launched_at": now or timezone.now()}, where_null=("launched_at",)) == 1
 
 
 def attempt_record_launch(*, attempt: Attempt, backend_data: dict[str, Any]) -> None:
     """Keep what the backend needs to find the attempt's processes or pods again."""
     attempt.backend_data = backend_data
-    Attempt.objects.filter(pk=attempt.pk).update(backend_data=backend_data)
+    update_row(Attempt, attempt.pk, {"backend_data": backend_data})
 
 
 # The job's row, locked (its id only): what orders two schedulers recording the same start.
