@@ -182,6 +182,17 @@ def test_beyond_the_horizon_there_is_no_estimate(submit, t0):
 # --- the pages ----------------------------------------------------------------------------------------------
 
 
+def test_the_estimates_of_more_jobs_than_a_statement_takes_are_all_written(submit):
+    """A pass over 70,000 waiting jobs changed every estimate: their rows were read as one statement, which
+    PostgreSQL refused (more than 65,535 parameters), and none was written."""
+    job = submit("bob")
+    services.job_transition(job=job, phase=Phase.PENDING, reason="GroupQuota", message="waiting")
+    start = timezone.now().replace(microsecond=0) + timedelta(hours=1)
+    updates = {pk: (start, "history") for pk in range(10**9, 10**9 + 70_000)}  # ids of no job: only the size
+    services.job_estimate_update({**updates, job.pk: (start, "history")})
+    assert Job.objects.values_list("estimated_start", "estimate_basis").get(pk=job.pk) == (start, "history")
+
+
 def pending_with(job, *, start=None, basis=""):
     """``job`` pending (its position is derived: the jobs made pending before it are ahead), showing the estimate
     ``start`` (None: not within the horizon)."""

@@ -45,6 +45,18 @@ def test_each_change_is_rendered_once_as_the_list_row_in_one_query(submit, djang
     assert all(item["row"].startswith(f'<tr id="job-{item["id"]}"') for item in items)
 
 
+def test_a_batch_larger_than_a_statement_takes_is_read_in_parts(submit, monkeypatch, django_assert_num_queries):
+    """A pass that changed 50,000 jobs at once published them as one batch: read as one statement, PostgreSQL
+    refused it (more than 65,535 parameters) and none of their rows reached the pages."""
+    jobs = [submit("bob") for _ in range(3)]
+    gone = range(10**9, 10**9 + 70_000)  # ids of no job: only the statement's size matters
+    items = live_publisher.render_rows([*gone, *(j.pk for j in jobs)])
+    assert [item["id"] for item in items] == [j.pk for j in jobs]
+    monkeypatch.setattr(live_publisher, "READ_CHUNK", 2)
+    with django_assert_num_queries(2):  # 2 + 1 jobs, none of them pending (no queue positions to read)
+        assert [item["id"] for item in live_publisher.render_rows([j.pk for j in jobs])] == [j.pk for j in jobs]
+
+
 def test_rows_in_every_state_are_rendered_without_reading_a_column_per_row(submit, django_assert_num_queries):
     """The row's query leaves out the columns it does not show (live_publisher.ROW_UNUSED_FIELDS): a row that read
     one would cost a query per job. Queued, running over quota, ended: two queries (rows, queue positions)."""
