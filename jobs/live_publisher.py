@@ -29,7 +29,7 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from . import catchup, channel_auth
-from .prepared import Prepared
+from .prepared import IDS_A_STATEMENT, Prepared
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,7 @@ def _rows(ids):
 
 
 ROWS = Prepared(_rows, ids=list)  # compiled once for each length of a batch
-# The most jobs one read of a batch names: a pass that changed 50,000 jobs at once (their estimates) would pass as
-# many parameters, more than PostgreSQL takes in a statement (65,535) once the queue positions' read is added.
-READ_CHUNK = 5000
+READ_CHUNK = IDS_A_STATEMENT  # a batch's rows and queue positions read in parts
 
 
 def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:

@@ -32,6 +32,9 @@ from django.db.transaction import TransactionManagementError
 _STAND_INS = itertools.count(2_000_000_011, 7)  # integers no query of the project holds, inside a 32-bit column
 _lock = threading.Lock()
 LIST_MAX = 64  # the longest list of ids a query is compiled for (once per length)
+# The most ids a caller names in one statement, reading a batch in parts: PostgreSQL takes at most 65,535 parameters
+# a statement (a pass that changed 50,000 jobs at once published them as one batch).
+IDS_A_STATEMENT = 5000
 _UNSET = object()
 
 

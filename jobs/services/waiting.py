@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..choices import Phase
 from ..models import Job
-from ..prepared import Prepared
+from ..prepared import IDS_A_STATEMENT, Prepared
 
 
 def job_queue_info_update(updates: dict[int, str]) -> None:
@@ -77,13 +77,12 @@ def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None
     if not updates:
         return
     ids = list(updates)
-    with transaction.atomic():  # read in parts: a statement takes at most 65,535 parameters (PostgreSQL)
-        pending = [pk for start in range(0, len(ids), READ_CHUNK) for pk in STILL_PENDING.all(
-            ids=ids[start:start + READ_CHUNK])]
+    with transaction.atomic():  # read in parts (a statement takes only so many parameters)
+        pending = [pk for start in range(0, len(ids), IDS_A_STATEMENT) for pk in STILL_PENDING.all(
+            ids=ids[start:start + IDS_A_STATEMENT])]
         _bulk_update({pk: updates[pk] for pk in pending}, ["estimated_start", "estimate_basis"])
 
 
-READ_CHUNK = 5000
 # Which of some jobs are still pending, their rows locked (compiled once for each number of jobs, up to 64).
 STILL_PENDING = Prepared(lambda ids: Job.objects.select_for_update().filter(pk__in=ids, phase=Phase.PENDING)
                          .values_list("pk", flat=True), ids=list)
