@@ -23,7 +23,6 @@ copies no byte. Exec'd processes carry the replica's marker: a stop or the repli
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import json
 import os
@@ -39,13 +38,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+try:
+    from . import netns_sys
+except ImportError:  # run as a script's module (launcher.py, local_runner.py): their directory is on sys.path
+    import netns_sys  # type: ignore[no-redef]
+
 NSENTER = "/usr/bin/nsenter"
 SETPRIV = "/usr/bin/setpriv"
 # Inside the sandbox: makes the command the leader of a session whose terminal is its stdin, so that Ctrl-C
 # reaches it and what it runs, not nsenter (which would die of it).
 SETSID = "/usr/bin/setsid"
 SOCKET_NAME = "exec.sock"
-CLONE_NEWNET = 0x40000000
 MAX_REQUEST = 65536
 
 
@@ -207,12 +210,11 @@ class ExecServer:
         target = sandbox_init(root) if root else None
         if target is None or not 0 < port < 65536:
             raise ValueError("the replica's sandbox is not running")
-        fd = os.open(f"/proc/{target}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        namespaces = netns_sys.open_namespaces(target, user=False)
         try:
-            if _libc().setns(fd, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "cannot enter the replica's network")
+            netns_sys.enter(namespaces)  # this thread alone
         finally:
-            os.close(fd)
+            netns_sys.close_namespaces(namespaces)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as upstream:
             socket.send_fds(conn, [b'{"connected": true}\n'], [upstream.fileno()])
 
@@ -293,9 +295,6 @@ class ExecServer:
             select.select([], [], [], 0.01)
         return code
 
-
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def _kill_tree(pid: int) -> None:

@@ -154,8 +154,9 @@ def open_namespaces(holder: int, *, user: bool) -> list[tuple[int, int]]:
 
 
 def enter(namespaces: list[tuple[int, int]]) -> None:
-    """Into ``namespaces`` (``open_namespaces``), keeping this process's credentials: between a fork and its exec,
-    where the process has one thread (a user namespace is never entered by a process with more)."""
+    """Into ``namespaces`` (``open_namespaces``), keeping this process's credentials. A network namespace is the
+    calling thread's alone; a user namespace is entered only by a process of one thread (between a fork and its
+    exec)."""
     for fd, kind in namespaces:
         if _libc().setns(fd, kind) != 0:
             code = ctypes.get_errno()
