@@ -29,7 +29,7 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from . import catchup, channel_auth
-from .prepared import IDS_A_STATEMENT, Prepared
+from .prepared import Prepared, in_parts
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +57,23 @@ def _rows(ids):
 
 
 ROWS = Prepared(_rows, ids=list)  # compiled once for each length of a batch
-READ_CHUNK = IDS_A_STATEMENT  # a batch's rows and queue positions read in parts
 
 
 def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
     """One item per job: its list row rendered from ``jobs/_job_row.html`` (the template of the first load), its
-    group and when it was rendered (the newest rendering of a job wins wherever two meet). One query for each
-    READ_CHUNK jobs."""
+    group and when it was rendered (the newest rendering of a job wins wherever two meet). One query (one for each
+    IDS_A_STATEMENT jobs of a larger batch)."""
     from django.template.loader import get_template
 
     from . import selectors
 
     ids = sorted({int(i) for i in job_ids})
     template = get_template("jobs/_job_row.html")
+    jobs = selectors.with_queue_positions(in_parts(ids, lambda part: ROWS.all(ids=part)))  # derived where read
     at = time.time()
-    items, arrays = [], set()
-    for start in range(0, len(ids), READ_CHUNK):
-        jobs = selectors.with_queue_positions(ROWS.all(ids=ids[start:start + READ_CHUNK]))  # derived where read
-        items += [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
-                   "row": template.render({"job": job}).strip()} for job in jobs if not job.array_id]
-        arrays.update(job.array_id for job in jobs if job.array_id)
-    return items + _array_items(arrays, at)
+    items = [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
+              "row": template.render({"job": job}).strip()} for job in jobs if not job.array_id]
+    return items + _array_items({job.array_id for job in jobs if job.array_id}, at)
 
 
 def _array_items(array_ids: set[int], at: float) -> list[dict[str, Any]]:

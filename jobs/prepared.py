@@ -19,7 +19,7 @@ import inspect
 import itertools
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,8 +32,8 @@ from django.db.transaction import TransactionManagementError
 _STAND_INS = itertools.count(2_000_000_011, 7)  # integers no query of the project holds, inside a 32-bit column
 _lock = threading.Lock()
 LIST_MAX = 64  # the longest list of ids a query is compiled for (once per length)
-# The most ids a caller names in one statement, reading a batch in parts: PostgreSQL takes at most 65,535 parameters
-# a statement (a pass that changed 50,000 jobs at once published them as one batch).
+# The most ids one statement names (``in_parts``): PostgreSQL takes at most 65,535 parameters a statement (a pass that
+# changed 50,000 jobs at once published them as one batch).
 IDS_A_STATEMENT = 5000
 _UNSET = object()
 
@@ -159,3 +159,10 @@ def _stand_in(kind: type, name: str) -> Any:
 def _db_value(kind: type, value: Any, connection) -> Any:
     """A value as the compiled query holds it: a datetime as the database's field takes it (SQLite: text)."""
     return connection.ops.adapt_datetimefield_value(value) if kind is datetime else value
+
+
+def in_parts(ids: Iterable[int], read: Callable[[list[int]], Iterable[Any]]) -> list:
+    """``read`` of ``ids`` in parts of at most IDS_A_STATEMENT ids, one after another, the rows together: for a read
+    whose rows for some ids are its rows for each of them (a filter on them, not a limit or a total)."""
+    ids = list(ids)
+    return [row for start in range(0, len(ids), IDS_A_STATEMENT) for row in read(ids[start:start + IDS_A_STATEMENT])]

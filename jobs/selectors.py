@@ -21,6 +21,7 @@ from django.utils.functional import cached_property
 from .choices import QUEUED_PHASES, RESOURCE_PHASES, Resource, Role
 from .filtersets import JobFilterSet
 from .models import Attempt, Group, GroupQuota, Image, InstanceType, Job, JobEvent, Membership, Node
+from .prepared import in_parts
 
 # The job list counts exactly up to this many jobs, and estimates above (setting JOBSITE_LIST_EXACT_COUNT_MAX).
 LIST_EXACT_COUNT_MAX = 10_000
@@ -274,9 +275,10 @@ def queue_positions(job_ids: Iterable[int]) -> dict[int, int]:
     ``job_ids`` that is PENDING:
     {job id: position}. Derived when read, in one query (a window function over the queue order of those jobs'
     groups), so a scheduling pass never rewrites positions when the jobs ahead move."""
-    ids = sorted({int(i) for i in job_ids})
-    if not ids:
-        return {}
+    return dict(in_parts(sorted({int(i) for i in job_ids}), _positions))  # a batch of 50,000 names them in parts
+
+
+def _positions(ids: list[int]) -> list[tuple[int, int]]:
     table = Job._meta.db_table
     marks = ", ".join(["%s"] * len(ids))
     sql = (
@@ -286,7 +288,7 @@ def queue_positions(job_ids: Iterable[int]) -> dict[int, int]:
     )
     with connections[Job.objects.db].cursor() as cursor:
         cursor.execute(sql, ["PENDING", *ids, "PENDING", *ids])
-        return dict(cursor.fetchall())
+        return cursor.fetchall()
 
 
 def with_queue_positions(jobs: Iterable[Job]) -> list[Job]:

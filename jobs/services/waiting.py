@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..choices import Phase
 from ..models import Job
-from ..prepared import IDS_A_STATEMENT, Prepared
+from ..prepared import Prepared, in_parts
 
 
 def job_queue_info_update(updates: dict[int, str]) -> None:
@@ -67,6 +67,11 @@ def job_queue_behind_update(*, behind: dict[int, str], jobs: Iterable[int] = (),
     transaction.on_commit(lambda: publish_job_changes(changed), robust=True)
 
 
+# Which of some jobs are still pending, their rows locked (compiled once for each number of jobs, up to 64).
+STILL_PENDING = Prepared(lambda ids: Job.objects.select_for_update().filter(pk__in=ids, phase=Phase.PENDING)
+                         .values_list("pk", flat=True), ids=list)
+
+
 def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None:
     """Record when pending jobs are expected to start, and on what basis ("deadlines" or "history"; a None start:
     not within the scheduler's horizon). The scheduling pass passes only the estimates that changed.
@@ -76,16 +81,9 @@ def job_estimate_update(updates: dict[int, tuple[datetime | None, str]]) -> None
     """
     if not updates:
         return
-    ids = list(updates)
-    with transaction.atomic():  # read in parts (a statement takes only so many parameters)
-        pending = [pk for start in range(0, len(ids), IDS_A_STATEMENT) for pk in STILL_PENDING.all(
-            ids=ids[start:start + IDS_A_STATEMENT])]
+    with transaction.atomic():
+        pending = in_parts(updates, lambda part: STILL_PENDING.all(ids=part))
         _bulk_update({pk: updates[pk] for pk in pending}, ["estimated_start", "estimate_basis"])
-
-
-# Which of some jobs are still pending, their rows locked (compiled once for each number of jobs, up to 64).
-STILL_PENDING = Prepared(lambda ids: Job.objects.select_for_update().filter(pk__in=ids, phase=Phase.PENDING)
-                         .values_list("pk", flat=True), ids=list)
 
 
 def _bulk_update(rows: dict[int, tuple], fields: list[str]) -> None:

@@ -193,6 +193,16 @@ def test_the_estimates_of_more_jobs_than_a_statement_takes_are_all_written(submi
     assert Job.objects.values_list("estimated_start", "estimate_basis").get(pk=job.pk) == (start, "history")
 
 
+def test_the_queue_positions_of_more_jobs_than_a_statement_takes_are_read_in_parts(submit):
+    """The live rows of a 50,000-job batch asked the positions of all of them in one statement, which named each
+    id twice: refused by PostgreSQL (more than 65,535 parameters)."""
+    first, second = submit("bob"), submit("bob")
+    for job in (first, second):
+        services.job_transition(job=job, phase=Phase.PENDING, reason="GroupQuota", message="waiting")
+    gone = range(10**9, 10**9 + 70_000)  # ids of no job: only the statement's size matters
+    assert selectors.queue_positions([*gone, second.pk]) == {second.pk: 2}
+
+
 def pending_with(job, *, start=None, basis=""):
     """``job`` pending (its position is derived: the jobs made pending before it are ahead), showing the estimate
     ``start`` (None: not within the horizon)."""

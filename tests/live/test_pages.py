@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import live_publisher, services
+from jobs import live_publisher, prepared, services
 from jobs.choices import Phase
 from jobs.models import Attempt, Job
 from jobs.templatetags.usage_charts import axis, stacked_bars
@@ -52,7 +52,7 @@ def test_a_batch_larger_than_a_statement_takes_is_read_in_parts(submit, monkeypa
     gone = range(10**9, 10**9 + 70_000)  # ids of no job: only the statement's size matters
     items = live_publisher.render_rows([*gone, *(j.pk for j in jobs)])
     assert [item["id"] for item in items] == [j.pk for j in jobs]
-    monkeypatch.setattr(live_publisher, "READ_CHUNK", 2)
+    monkeypatch.setattr(prepared, "IDS_A_STATEMENT", 2)
     with django_assert_num_queries(2):  # 2 + 1 jobs, none of them pending (no queue positions to read)
         assert [item["id"] for item in live_publisher.render_rows([j.pk for j in jobs])] == [j.pk for j in jobs]
 
