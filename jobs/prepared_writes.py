@@ -20,9 +20,15 @@ from django.db.models.signals import post_save, pre_save
 _sql: dict[tuple, str] = {}
 
 
+def _special(fields, values) -> bool:
+    """A field that needs a placeholder of its own, or a value that is an expression: left to Django."""
+    return any(hasattr(f, "get_placeholder") or hasattr(v, "resolve_expression")
+               for f, v in zip(fields, values, strict=True))
+
+
 def _plain(fields, instance: Model) -> bool:
-    return not (pre_save.has_listeners(type(instance)) or post_save.has_listeners(type(instance)) or any(
-        hasattr(f, "get_placeholder") or hasattr(getattr(instance, f.attname), "resolve_expression") for f in fields))
+    return not (pre_save.has_listeners(type(instance)) or post_save.has_listeners(type(instance))
+                or _special(fields, [getattr(instance, f.attname) for f in fields]))
 
 
 def update_fields(instance: Model, names: Sequence[str], *, using: str | None = None) -> None:
@@ -59,8 +65,7 @@ def update_row(model: type[Model], pk: Any, values: Mapping[str, Any], *, where_
     ``update``); a value that is an expression, or a field with a placeholder of its own, goes through Django."""
     meta = model._meta
     fields = [meta.get_field(name) for name in values]
-    if not fields or any(hasattr(f, "get_placeholder") or hasattr(v, "resolve_expression")
-                         for f, v in zip(fields, values.values(), strict=True)):
+    if not fields or _special(fields, values.values()):
         return model._default_manager.using(using).filter(
             pk=pk, **{f"{name}__isnull": True for name in where_null}).update(**values)
     db = using or router.db_for_write(model)

@@ -283,8 +283,8 @@ def _wait_child(pid: int) -> int:
 
 
 def _supervisor(argv: list[str], env: dict[str, str], report: int) -> None:
-    """In the launcher's child: become what ``python local_runner.py ARGS`` with ``env`` would be, and run it,
-    saying ``ok`` on ``report`` once it is the supervisor (``local_runner.main``); never returns."""
+    """In the launcher's child (``_fork``, which ends it whatever happens): become what ``python local_runner.py
+    ARGS`` with ``env`` would be, and run it, saying ``ok`` on ``report`` once it is the supervisor."""
     os.environ.clear()
     os.environ.update(env)
     sys.argv = argv[1:]
@@ -292,11 +292,7 @@ def _supervisor(argv: list[str], env: dict[str, str], report: int) -> None:
     def started() -> None:
         os.write(report, b"ok")
         os.close(report)
-    try:
-        local_runner.main(started=started)  # ends with os._exit
-    except BaseException:  # noqa: BLE001 - anything: this child must never return into the launcher's loop
-        os._exit(1)
-    os._exit(1)
+    local_runner.main(started=started)  # ends with os._exit
 
 
 def main() -> None:

@@ -230,7 +230,8 @@ def open_network(f: NetFacts, marker: str, launcher=None) -> Network:
 
 def _forked_holder(f: NetFacts, env: dict[str, str], hold_r: int, launcher) -> int | None:
     """The pid of a holder the launcher forked; None when there is no launcher or it made none (the namespace is
-    then made by ``unshare``: a holder it may have forked ends with ``hold_r``'s writers, having none)."""
+    then made by ``unshare``; a holder the launcher made without answering ends with the attempt, as the one made
+    here, reading the same pipe)."""
     if launcher is None:
         return None
     try:
