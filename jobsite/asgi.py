@@ -26,6 +26,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from jobs import port_origin, port_proxy  # noqa: E402
 from jobs.routing import websocket_urlpatterns  # noqa: E402
+from jobsite import accept_gate, web_process  # noqa: E402
 from jobsite.limits import BodySizeLimit  # noqa: E402
 from jobsite.security import metrics_access_summary  # noqa: E402
 
@@ -36,11 +37,13 @@ site_websockets = port_origin.SiteOriginValidator(AuthMiddlewareStack(URLRouter(
 
 
 async def http(scope, receive, send):
+    accept_gate.answered()
     app = ports if port_origin.port_of_scope(scope) else django_application
     return await app(scope, receive, send)
 
 
 async def websocket(scope, receive, send):
+    accept_gate.answered()
     app = ports if port_origin.port_of_scope(scope) else site_websockets
     return await app(scope, receive, send)
 
@@ -50,5 +53,6 @@ application = ProtocolTypeRouter(
         # Bodies over JOBSITE_MAX_BODY_BYTES: 413 before Django reads (and spools) them.
         "http": BodySizeLimit(http),
         "websocket": websocket,
+        "lifespan": web_process.lifespan,  # once at a process's start (uvicorn sends it): jobsite.web_process
     }
 )

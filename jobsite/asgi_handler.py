@@ -13,7 +13,9 @@ under WSGI (each middleware and the view called directly) and, for a response wh
 ``close`` (``request_finished``: the thread's database connection is given back before a byte is sent). The loop
 sends it; a streamed response (a log download: its body is read by the loop) is closed in a second hop once sent.
 A client that goes away stops the sending; the view itself, synchronous, always runs to its end, as under Django's
-handler. A middleware that can only run async would still work: Django adapts it, with a hand-over of its own."""
+handler. A middleware that can only run async would still work: Django adapts it, with a hand-over of its own.
+A request counts towards its process's share of the port's connections (``jobsite.accept_gate``) from the body's
+read to the end of its thread's work."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.http import FileResponse
 from django.urls import set_script_prefix
+
+from jobsite import accept_gate
 
 
 @cache
@@ -57,13 +61,12 @@ class OneHopASGIHandler(ASGIHandler):
         await self.handle(scope, receive, send)
 
     async def handle(self, scope, receive, send) -> None:
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
+        made = await self._made(scope, receive)
+        if made is None:
             return
+        body_file, response, closed = made
         gone = asyncio.ensure_future(_gone(receive))
         try:
-            response, closed = await _in_thread(self._respond, scope, body_file)
             try:
                 if not gone.done():
                     sending = asyncio.ensure_future(self.send_response(response, send))
@@ -78,6 +81,23 @@ class OneHopASGIHandler(ASGIHandler):
         finally:
             gone.cancel()
             body_file.close()
+
+    async def _made(self, scope, receive):
+        """The body read and the response made (and whether it is closed already), or None when the client went
+        away first: the work a request counts for in its process's share of the port (``accept_gate``)."""
+        accept_gate.request_began()
+        try:
+            try:
+                body_file = await self.read_body(receive)
+            except RequestAborted:
+                return None
+            try:
+                return body_file, *await _in_thread(self._respond, scope, body_file)
+            except BaseException:
+                body_file.close()
+                raise
+        finally:
+            accept_gate.request_ended()
 
     def _respond(self, scope, body_file):
         """In a thread of the pool: the response, and whether it is closed already (its content in hand)."""

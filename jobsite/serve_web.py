@@ -6,6 +6,8 @@ processes share nothing but the database, Redis (the channel layer carries every
 (``PROMETHEUS_MULTIPROC_DIR``, default ``<temporary directory>/jobsite-web-metrics``), emptied here before they
 start, from which ``/metrics`` adds up the counters of all of them (``jobs.metrics``). WebSocket frames are sent
 without per-message compression (the live pages send the same small frames to many sockets: ``jobs.live_list``).
+Each process runs ``jobsite.accept_gate.GatedLoop``: it takes the port's connections only while it has room for
+their requests, so the processes share one queue (the port's) instead of each keeping its own.
 Used by ``make prod`` (scripts/run-prod.sh), the image's default command and deploy/base/web.yaml.
 """
 
@@ -17,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-DEFAULT_OPTIONS = ["--ws-per-message-deflate", "false", "--no-access-log"]
+DEFAULT_OPTIONS = ["--ws-per-message-deflate", "false", "--no-access-log", "--loop", "jobsite.accept_gate:GatedLoop"]
 
 
 def prepare_metrics_dir(environ: dict[str, str]) -> Path:

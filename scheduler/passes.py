@@ -54,8 +54,9 @@ def schedule_pass(*, backend: Backend | None = None, now: datetime | None = None
     refresh_nodes(backend)
     history = memory.duration_history(clock)
     with transaction.atomic():
-        # 2. Lock: every group row, in a stable order.
-        list(Group.objects.select_for_update().order_by("id").values_list("id", flat=True))
+        # 2. Lock: every group row, in a stable order; FOR NO KEY UPDATE: passes (and edits of a group) wait for
+        # each other, a submit does not (its job's reference to its group takes a key-share lock on the row).
+        list(Group.objects.select_for_update(no_key=True).order_by("id").values_list("id", flat=True))
         # 3. Snapshot and decide, unless nothing the last pass's decision was made of has changed (it is reused:
         # the same rows would be read, the same decided, nothing written).
         carried = carry.memory.recall(backend.name, clock)

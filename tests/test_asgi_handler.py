@@ -102,7 +102,16 @@ def endless(request):
     return StreamingHttpResponse(body())
 
 
-urlpatterns = [path("plain/", plain), path("streamed/", streamed), path("endless/", endless)]
+def counted(request):
+    loop = GATED[0]
+    seen.append(("in hand", (loop.requests, loop.busy)))
+    return HttpResponse(b"counted")
+
+
+GATED: list = []  # the web process's loop a test runs the app on
+
+urlpatterns = [path("plain/", plain), path("streamed/", streamed), path("endless/", endless),
+               path("counted/", counted)]
 
 
 @pytest.fixture
@@ -147,3 +156,31 @@ def test_a_client_that_goes_away_stops_a_streamed_response_which_is_closed(own_v
         await app.wait(60)  # ends: the response stopped
     asyncio.run(run())
     assert [what for what, _ in own_views] == ["started", "finished"]
+
+
+def test_a_request_counts_in_its_process_from_its_body_to_the_end_of_its_thread_work(own_views):
+    """What the web process's loop (``jobsite.accept_gate``) weighs before it takes another connection."""
+    from jobsite.accept_gate import GatedLoop
+    from jobsite.asgi import application
+
+    loop = GatedLoop()
+    GATED[:] = [loop]
+
+    async def request(first: dict) -> dict | None:
+        app = ApplicationCommunicator(application, scope_of("/counted/"))
+        await app.send_input(first)
+        start = await app.receive_output(60) if first["type"] == "http.request" else None
+        await app.wait(60)
+        return start
+
+    try:
+        loop.taken()  # the connection the request comes on, taken by the loop: counts until the request begins
+        assert loop.busy == 1
+        assert loop.run_until_complete(request({"type": "http.request", "body": b""}))["status"] == 200
+        # In the view: the request counted, its connection answered; after it, nothing counts.
+        assert own_views[1] == ("in hand", (1, 1)) and (loop.requests, loop.busy) == (0, 0)
+        # A client that goes away before its body: counted while it was read, not after.
+        assert loop.run_until_complete(request({"type": "http.disconnect"})) is None
+        assert (loop.requests, loop.busy) == (0, 0)
+    finally:
+        loop.close()

@@ -23,7 +23,8 @@ class Command(BaseCommand):
             loop.start()
         self.stdout.write(f"jobsite: dashboard on http://{host}:{port}/ (backend {settings.JOBSITE_BACKEND})")
         try:
-            uvicorn.run("jobsite.asgi:application", host=host, port=port, log_level="info", lifespan="off",
+            # lifespan on: the process prepares itself before its first request (jobsite.web_process).
+            uvicorn.run("jobsite.asgi:application", host=host, port=port, log_level="info", lifespan="on",
                         ws_per_message_deflate=False)
         finally:
             if loop:
