@@ -129,6 +129,7 @@ class GatedLoop(asyncio.SelectorEventLoop):
     def answered(self) -> None:
         if self._taken:
             self._taken.popleft()
+            self.reopen()
 
     def request_began(self) -> None:
         self.requests += 1

@@ -142,9 +142,9 @@ def test_a_full_process_leaves_new_connections_to_one_with_room(gated, listening
     assert on_full == [] and queued(listening) == 0
 
 
-def test_a_connection_taken_counts_until_a_request_begins_on_it_or_for_a_moment(gated, listening, clients,
-                                                                                monkeypatch):
-    monkeypatch.setattr(accept_gate, "UNANSWERED_S", 0.5)
+def test_a_connection_taken_counts_until_a_request_or_websocket_begins_on_it(gated, listening, clients,
+                                                                             monkeypatch):
+    monkeypatch.setattr(accept_gate, "UNANSWERED_S", 600.0)  # longer than the test: only an answer frees its room
     loop, made = gated(), []
     serve(loop, listening, made)
     loop.request_began(), loop.request_began()
@@ -155,11 +155,22 @@ def test_a_connection_taken_counts_until_a_request_begins_on_it_or_for_a_moment(
     spin(loop, lambda: len(made) == 1)
     settle(loop)
     assert loop.busy == 2 and queued(listening) == 2
-    loop.answered()  # its request began (the request counts on its own: none here)
+    loop.answered()  # a WebSocket began on it (a request would count on its own)
     spin(loop, lambda: len(made) == 2)
     settle(loop)
     assert loop.busy == 2 and queued(listening) == 1
-    spin(loop, lambda: len(made) == 3)  # the second sends nothing: after UNANSWERED_S it no longer counts
+
+
+def test_a_connection_that_sends_nothing_counts_for_a_moment_only(gated, listening, clients, monkeypatch):
+    monkeypatch.setattr(accept_gate, "UNANSWERED_S", 0.5)
+    loop, made = gated(), []
+    serve(loop, listening, made)
+    loop.request_began()  # one request in hand, room for one more
+    clients(listening, 2)
+    spin(loop, lambda: len(made) == 1)
+    settle(loop)
+    assert loop.busy == 2 and queued(listening) == 1
+    spin(loop, lambda: len(made) == 2)  # the first sends nothing: after UNANSWERED_S it no longer counts
     assert queued(listening) == 0
 
 
