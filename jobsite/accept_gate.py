@@ -9,7 +9,7 @@ submit 2.4 times its median).
 
 Here the loop (``GatedLoop``, uvicorn's ``--loop``) takes a shared socket's connections itself: one at a time, and
 only while the process has fewer than ``JOBSITE_WEB_THREADS`` requests in hand. A request counts from its body's
-read to the end of its thread's work (the Django handler calls ``request_began`` / ``request_ended``); a connection
+read to the end of its thread's work (the Django handler's ``in_hand``); a connection
 taken counts until a request or WebSocket of the site begins (``answered``, from the ASGI app), for at most
 ``UNANSWERED_S``; a response being sent, a WebSocket, an idle keep-alive connection do not count. The connections
 beyond wait in the port's queue, in order, for whichever process has room first: one queue for all the processes,
@@ -19,9 +19,11 @@ not one each. A server that binds its own socket (one process: ``--workers 1``) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from collections import deque
+from collections.abc import Iterator
 from functools import cache
 
 log = logging.getLogger(__name__)
@@ -140,22 +142,26 @@ class GatedLoop(asyncio.SelectorEventLoop):
         self.reopen()
 
 
+def _gated() -> GatedLoop | None:
+    loop = asyncio.get_running_loop()
+    return loop if isinstance(loop, GatedLoop) else None
+
+
 def answered() -> None:
     """A connection's request or WebSocket began (the ASGI app calls it on the loop, for each): one connection taken
     no longer counts as such (a request counts on its own while in hand)."""
-    loop = asyncio.get_running_loop()
-    if isinstance(loop, GatedLoop):
+    if loop := _gated():
         loop.answered()
 
 
-def request_began() -> None:
-    """A request of the running loop's process waits for a thread (the handler calls it on the loop)."""
-    loop = asyncio.get_running_loop()
-    if isinstance(loop, GatedLoop):
+@contextlib.contextmanager
+def in_hand() -> Iterator[None]:
+    """A request of the running loop's process in hand (the handler's body read and thread work, on the loop)."""
+    loop = _gated()
+    if loop:
         loop.request_began()
-
-
-def request_ended() -> None:
-    loop = asyncio.get_running_loop()
-    if isinstance(loop, GatedLoop):
-        loop.request_ended()
+    try:
+        yield
+    finally:
+        if loop:
+            loop.request_ended()

@@ -85,8 +85,7 @@ class OneHopASGIHandler(ASGIHandler):
     async def _made(self, scope, receive):
         """The body read and the response made (and whether it is closed already), or None when the client went
         away first: the work a request counts for in its process's share of the port (``accept_gate``)."""
-        accept_gate.request_began()
-        try:
+        with accept_gate.in_hand():
             try:
                 body_file = await self.read_body(receive)
             except RequestAborted:
@@ -96,8 +95,6 @@ class OneHopASGIHandler(ASGIHandler):
             except BaseException:
                 body_file.close()
                 raise
-        finally:
-            accept_gate.request_ended()
 
     def _respond(self, scope, body_file):
         """In a thread of the pool: the response, and whether it is closed already (its content in hand)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -14,15 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.api import free_port
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def answered(url: str) -> int | None:
