@@ -397,22 +397,14 @@ def supervise(state: Path, log: Path, cwd: Path, argv: list[str], grace: float,
             def preexec() -> None:
                 _default_signals()
                 limiter.enter()
-                netns_sys.enter(namespaces)
 
-            namespaces: list[tuple[int, int]] = []
-            try:  # --network HOLDER[:user]: the attempt's namespaces, entered by the command (its holder lives
-                if network is not None:  # while this process holds the attempt's pipe)
-                    holder, _, user = network.partition(":")
-                    namespaces = netns_sys.open_namespaces(int(holder), user=user == "user")
-                child = subprocess.Popen(
-                    argv, cwd=cwd, stdin=devnull, stdout=subprocess.PIPE if sandboxed else out,
-                    stderr=subprocess.STDOUT, preexec_fn=preexec,
-                )
+            try:
+                child = netns_sys.popen(argv, network, preexec, cwd=cwd, stdin=devnull,
+                                        stdout=subprocess.PIPE if sandboxed else out, stderr=subprocess.STDOUT)
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 out.write(f"jobsite: cannot start the command: {exc}\n".encode())
                 code = 127
             else:
-                netns_sys.close_namespaces(namespaces)
                 if sandboxed:
                     copier = threading.Thread(target=_copy, args=(child.stdout, out), daemon=True)
                     copier.start()

@@ -7,7 +7,8 @@ the namespace (``unshare(2)``; for a server that is not root in a user namespace
 user is root), brings its loopback up (``SIOCSIFFLAGS``), adds the prohibited routes (rtnetlink, one message each,
 every one acknowledged) and then becomes ``cat`` reading the attempt's pipe, with the holder's marker in its
 environment: the same process, seen from outside, as the one the shell made, for one fork and one exec instead of
-five programs. ``open_namespaces`` and ``enter`` are the supervisor's. ``route_message`` and ``ifreq`` are pure.
+five programs. ``popen`` (with ``open_namespaces`` and ``enter``) is the supervisor's. ``route_message`` and
+``ifreq`` are pure.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import ipaddress
 import os
 import socket
 import struct
+import subprocess
+from collections.abc import Callable
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -166,3 +169,22 @@ def enter(namespaces: list[tuple[int, int]]) -> None:
 def close_namespaces(namespaces: list[tuple[int, int]]) -> None:
     for fd, _kind in namespaces:
         os.close(fd)
+
+
+def popen(argv: list[str], network: str | None, preexec: Callable[[], None], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **kwargs)`` whose child runs ``preexec`` and then, with ``network`` (HOLDER or
+    HOLDER:user, as netns.runner_options gives it), enters the namespaces of that holder, between its fork and its
+    exec. The holder must live until then (the supervisor holds the attempt's pipe); the namespaces' descriptors
+    are closed here, whether the command started or not."""
+    namespaces: list[tuple[int, int]] = []
+    if network is not None:
+        holder, _, user = network.partition(":")
+        namespaces = open_namespaces(int(holder), user=user == "user")
+
+    def before_exec() -> None:
+        preexec()
+        enter(namespaces)
+    try:
+        return subprocess.Popen(argv, preexec_fn=before_exec, **kwargs)
+    finally:
+        close_namespaces(namespaces)

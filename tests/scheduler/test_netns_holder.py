@@ -161,3 +161,17 @@ def test_a_replica_runs_in_the_namespace_of_the_launchers_holder(backend):  # no
     assert exit_code(backend, 1) == 143
     waiting.wait_for(lambda: not holders(f"{backend.root_id}:1:1"), timeout=60,
                      message="the namespace's processes to end with the attempt")
+
+
+def test_a_command_that_cannot_start_leaves_no_namespace_descriptor_open():
+    """The supervisor opens the holder's namespaces to enter them between fork and exec: closed again whether the
+    command started or not (here it cannot: no such program)."""
+    def open_fds() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    with pytest.raises(FileNotFoundError):
+        netns_sys.popen(["/nonexistent/jobsite-command"], f"{os.getpid()}", lambda: None)
+    assert open_fds() == before
+    started = netns_sys.popen(["true"], f"{os.getpid()}", lambda: None)
+    assert started.wait(60) == 0 and open_fds() == before
