@@ -226,3 +226,16 @@ def submit(world):
         return job
 
     return do
+
+
+@pytest.fixture
+def estimates_each_pass(monkeypatch):
+    """The scheduler's estimate memory fresh (read again from this test's database, forgotten after) and each
+    pass estimating on its own clock: for tests of what a pass estimates; the least time between two simulations
+    (``ESTIMATE_GAP``) has its own tests (tests/scheduler/test_estimate_gap.py)."""
+    from scheduler import pass_estimates
+
+    pass_estimates.estimate_memory_reset()
+    monkeypatch.setattr(pass_estimates, "ESTIMATE_GAP", timedelta(0))
+    yield
+    pass_estimates.estimate_memory_reset()

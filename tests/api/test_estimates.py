@@ -5,23 +5,12 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import pass_estimates
 from scheduler.estimate import step_time
 from scheduler.passes import schedule_pass
 
 from .conftest import JOBS_URL, group_url, job_url
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_history(monkeypatch):
-    pass_estimates.estimate_memory_reset()
-    # What the API shows of a pass's estimates, each pass on its own clock: the least time between two simulations
-    # has its own tests (tests/scheduler/test_estimate_gap.py).
-    monkeypatch.setattr(pass_estimates, "ESTIMATE_GAP", timedelta(0))
-    yield
-    pass_estimates.estimate_memory_reset()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("estimates_each_pass")]
 
 
 def test_a_pending_job_shows_its_estimated_start_and_basis(world, submit, client_for):

@@ -405,17 +405,12 @@ def test_queue_groups_util_usage(bob, submit):
     assert bob("usage", "--since", "tomorrow").returncode == 1
 
 
-def test_get_and_queue_show_the_estimated_start(bob, submit, monkeypatch):
+def test_get_and_queue_show_the_estimated_start(bob, submit, estimates_each_pass):
     from datetime import datetime, timedelta
 
     from django.utils import timezone
 
-    from scheduler import pass_estimates
     from scheduler.estimate import step_time
-    from scheduler.pass_estimates import estimate_memory_reset
-
-    estimate_memory_reset()
-    monkeypatch.setattr(pass_estimates, "ESTIMATE_GAP", timedelta(0))  # two passes on one clock, both estimate
     t0 = timezone.now()
     submit("bob", "gpu-4", name="holder", active_deadline_seconds=20 * 86400)
     schedule_pass(now=t0)

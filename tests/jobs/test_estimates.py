@@ -16,17 +16,7 @@ from scheduler import pass_estimates
 from scheduler.estimate import step_time
 from scheduler.passes import schedule_pass
 
-pytestmark = [pytest.mark.fast, pytest.mark.django_db]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_history(monkeypatch):
-    pass_estimates.estimate_memory_reset()  # read again from this test's database
-    # What a pass estimates, each pass on its own clock: the least time between two simulations has its own tests
-    # (tests/scheduler/test_estimate_gap.py).
-    monkeypatch.setattr(pass_estimates, "ESTIMATE_GAP", timedelta(0))
-    yield
-    pass_estimates.estimate_memory_reset()
+pytestmark = [pytest.mark.fast, pytest.mark.django_db, pytest.mark.usefixtures("estimates_each_pass")]
 
 
 @pytest.fixture
