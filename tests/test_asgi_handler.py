@@ -74,7 +74,7 @@ def test_a_request_goes_through_every_middleware_without_going_back_to_the_loop(
 
 # --- threads, and streamed responses (views of this module's own, as ROOT_URLCONF) ------------------------------
 
-seen: list[tuple[str, str]] = []  # (what, the thread it ran in)
+seen: list[tuple[str, object]] = []  # (what, the thread it ran in; or what a request saw counted)
 
 
 def _here(what: str) -> None:
