@@ -26,9 +26,15 @@ def _special(fields, values) -> bool:
                for f, v in zip(fields, values, strict=True))
 
 
+def plain(fields, model: type[Model]) -> bool:
+    """Django's ``save`` writes these ``fields`` of ``model`` plainly: nothing listens to the model's saves and no
+    field needs a placeholder of its own (its values may still be expressions: ``_special``)."""
+    return not (pre_save.has_listeners(model) or post_save.has_listeners(model)
+                or any(hasattr(f, "get_placeholder") for f in fields))
+
+
 def _plain(fields, instance: Model) -> bool:
-    return not (pre_save.has_listeners(type(instance)) or post_save.has_listeners(type(instance))
-                or _special(fields, [getattr(instance, f.attname) for f in fields]))
+    return plain(fields, type(instance)) and not _special(fields, [getattr(instance, f.attname) for f in fields])
 
 
 def update_fields(instance: Model, names: Sequence[str], *, using: str | None = None) -> None:

@@ -1,7 +1,8 @@
 """The job API's writes answered from their own transaction, and the `Idempotency-Key` of a submit.
 
 A submit, clone, restart, cancel or stop serializes its answer inside the transaction that writes the job, from
-what that transaction holds, before the commit. Nothing is read after the commit, so a database connection lost
+what that transaction holds, before the commit (a new job written in one statement: right after it, from the
+objects in hand). Nothing is read after the commit, so a database connection lost
 right after it (a restart, a failover, ``pg_terminate_backend``) cannot turn a saved job into a 500, nor the
 client's retry of that 500 into a second job. What runs after the commit (``transaction.on_commit``: the live
 update, the scheduler's wake-up) never raises.
@@ -80,9 +81,15 @@ def job_spec_checked(*, user: AbstractBaseUser, data: Any) -> services.JobSpec:
         raise validation_error_from_django(exc) from exc
 
 
-def answered(write: Callable[[], Job], serialize: Callable[[Job], dict[str, Any]]) -> tuple[Job, dict[str, Any]]:
+def answered(write: Callable[[], Job], serialize: Callable[[Job], dict[str, Any]], *,
+             one_statement: bool = False) -> tuple[Job, dict[str, Any]]:
     """Run ``write`` and ``serialize`` the job it returns in one transaction: the answer is complete before the
-    commit, and an error while building it rolls the write back (nothing saved, so a retry is safe)."""
+    commit, and an error while building it rolls the write back (nothing saved, so a retry is safe). A write that
+    is ``one_statement`` (a new job: ``services.job_submit_is_one_statement``) is its own transaction; its answer,
+    built from the objects in hand, reads nothing, so nothing after that commit can fail for the database."""
+    if one_statement:
+        job = write()
+        return job, serialize(job)
     with transaction.atomic():
         job = write()
         data = serialize(job)

@@ -31,6 +31,7 @@ from .submission import (
     SubmitKeyTaken,
     job_spec_validate,
     job_submit,
+    job_submit_is_one_statement,
     job_submitted_with,
 )
 from .transitions import (
@@ -50,6 +51,6 @@ __all__ = [
     "attempt_count_restart", "attempt_record_failure", "attempt_record_launch", "attempt_record_started",
     "event_record", "job_admit", "job_cancel", "job_cancel_many", "job_estimate_update", "job_mark_cleaned",
     "job_preempt", "job_queue_behind_update", "job_queue_info_update", "job_restart", "job_retry_or_fail",
-    "job_spec_validate", "job_submit", "job_submitted_with", "job_terminate", "job_transition", "jobs_release_backoff",
-    "nodes_record", "terminated_status",
+    "job_spec_validate", "job_submit", "job_submit_is_one_statement", "job_submitted_with", "job_terminate",
+    "job_transition", "jobs_release_backoff", "nodes_record", "terminated_status",
 ]

@@ -15,10 +15,10 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .. import limits
-from ..choices import JobType, Phase, Priority, Resource
+from .. import limits, live_publisher, prepared_submit
+from ..choices import EventType, JobType, Phase, Priority, Resource
 from ..dependencies import After
-from ..models import Group, GroupQuota, Image, InstanceType, Job, SubmitKey
+from ..models import Group, GroupQuota, Image, InstanceType, Job, JobEvent, SubmitKey
 from ..ports import ports_problems
 from ..rules import QuotaLimits, fmt_amount
 from ..wakeup import request_admission
@@ -258,25 +258,48 @@ def submit_key_record(*, user: AbstractBaseUser, key: str, fingerprint: str, job
             raise SubmitKeyTaken(key)
 
 
-@transaction.atomic(savepoint=False)
 def job_submit(*, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str = "", fingerprint: str = "") -> Job:
-    """Create a job from a validated spec: one insert of the job, one of its event (and the `Idempotency-Key`, and
-    what it waits for, when given). With ``idempotency_key`` the key is recorded with the job in the same
-    transaction; a concurrent submit that recorded the same key first makes this one raise ``SubmitKeyTaken``
-    (the unique constraint decides, not a check before the insert) and its transaction writes nothing.
+    """Create a job from a validated spec: the job, its event (and the `Idempotency-Key`, and what it waits for,
+    when given). With ``idempotency_key`` the key is recorded with the job in the same transaction; a concurrent
+    submit that recorded the same key first makes this one raise ``SubmitKeyTaken`` (the unique constraint decides,
+    not a check before the insert) and it writes nothing.
 
-    In the caller's transaction when there is one (no savepoint of its own: an error spoils it, so a caller that
-    goes on after one wraps the call in ``transaction.atomic()``), else in its own. The new job carries its
-    dependencies (``dependencies_recorded``) and, when it waits for nothing, its one event (``events_recorded``):
-    the answer is built from them, not read back."""
+    A job that waits for nothing is written in one statement on PostgreSQL (``prepared_submit``), in the caller's
+    transaction when there is one, else as its own. Otherwise the writes go one by one in the caller's transaction
+    (no savepoint of its own: an error spoils it, so a caller that goes on after one wraps the call in
+    ``transaction.atomic()``), or in one of their own. The new job carries its dependencies
+    (``dependencies_recorded``) and, when it waits for nothing, its one event (``events_recorded``): the answer is
+    built from them, not read back."""
     now = timezone.now()
     job = job_from_spec(spec, user=user, now=now)
+    message = f"Submitted by {user.get_username()} to {spec.group.name}"
+    if not job_submit_is_one_statement(spec):
+        return _job_written_in_steps(job, user=user, spec=spec, idempotency_key=idempotency_key,
+                                     fingerprint=fingerprint, message=message, now=now)
+    event = JobEvent(job=job, type=EventType.NORMAL, reason="Submitted", message=message)
+    if not prepared_submit.write(job, event, key=idempotency_key, fingerprint=fingerprint, now=now,
+                                 expired_before=now - SUBMIT_KEY_TTL):
+        raise SubmitKeyTaken(idempotency_key)
+    job.dependencies_recorded, job.events_recorded = [], [event]
+    transaction.on_commit(lambda: live_publisher.publish_job_changes([job.pk]), robust=True)  # the list shows it
+    transaction.on_commit(request_admission, robust=True)  # then a pass queues it; no sync round
+    return job
+
+
+def job_submit_is_one_statement(spec: JobSpec) -> bool:
+    """Whether ``job_submit`` writes this spec's job in one statement (a transaction of its own, outside one): a
+    job that waits for nothing, on PostgreSQL (``prepared_submit.usable``)."""
+    return not spec.after and prepared_submit.usable()
+
+
+@transaction.atomic(savepoint=False)
+def _job_written_in_steps(job: Job, *, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str,
+                          fingerprint: str, message: str, now: datetime) -> Job:
     job.save(force_insert=True)
     if idempotency_key:
         submit_key_record(user=user, key=idempotency_key, fingerprint=fingerprint, job=job, now=now)
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
-    event = event_record(job=job, reason="Submitted",
-                         message=f"Submitted by {user.get_username()} to {spec.group.name}")
+    event = event_record(job=job, reason="Submitted", message=message)
     if spec.after:
         # Waits PENDING (reason Dependency) while one is not met; the rows stay in hand for the answer (its events,
         # the wait's among them, are read).

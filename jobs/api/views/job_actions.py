@@ -38,16 +38,18 @@ class JobActionsMixin:
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data, status=status_code,
                         **kw)
 
-    def _answer(self, write: Callable[[], Job], *, created: bool = False, headers: dict | None = None) -> Response:
-        """``write``'s job, serialized in its transaction (``submit.answered``): a new job (``created``, 201) from
-        the objects in hand, a changed one read again as the detail shows it. Nothing is read after the commit."""
+    def _answer(self, write: Callable[[], Job], *, created: bool = False, headers: dict | None = None,
+                one_statement: bool = False) -> Response:
+        """``write``'s job, serialized in its transaction (``submit.answered``; ``one_statement``: a new job
+        written in one statement, its own transaction): a new job (``created``, 201) from the objects in hand, a
+        changed one read again as the detail shows it. Nothing is read after the commit."""
         context = self.get_serializer_context()
 
         def serialize(job: Job) -> dict:
             job = submit.as_created(job) if created else self.get_queryset().get(pk=job.pk)
             return JobDetailSerializer(job, context=context).data
 
-        job, data = submit.answered(write, serialize)
+        job, data = submit.answered(write, serialize, one_statement=one_statement)
         if created:
             headers = {"Location": reverse("api:job-detail", kwargs={"pk": job.pk}, request=self.request),
                        **(headers or {})}
@@ -90,7 +92,8 @@ class JobActionsMixin:
         try:
             return self._answer(lambda: services.job_submit(user=user, spec=spec, idempotency_key=key,
                                                             fingerprint=fingerprint),
-                                created=True, headers={"Idempotent-Replayed": "false"} if key else None)
+                                created=True, headers={"Idempotent-Replayed": "false"} if key else None,
+                                one_statement=services.job_submit_is_one_statement(spec))
         except services.SubmitKeyTaken:
             return self._replayed(self._key_holder(user=user, key=key, fingerprint=fingerprint))
 
@@ -135,7 +138,8 @@ class JobActionsMixin:
         changes.is_valid(raise_exception=True)
         data = {**selectors.job_spec_of(job), **{k: request.data[k] for k in changes.validated_data}}
         spec = submit.job_spec_checked(user=request.user, data=data)
-        return self._answer(lambda: services.job_submit(user=request.user, spec=spec), created=True)
+        return self._answer(lambda: services.job_submit(user=request.user, spec=spec), created=True,
+                            one_statement=services.job_submit_is_one_statement(spec))
 
     @extend_schema(summary="Cancel a job", request=None, responses={200: JobDetailSerializer},
                    parameters=[VOCABULARY_PARAM])
