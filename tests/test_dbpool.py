@@ -84,3 +84,34 @@ def test_django_reads_on_after_the_database_ended_every_pooled_connection():
     assert end_backends("datname = current_database()", []) >= IDLE
 
     assert Job.objects.count() == 0  # on a new connection, at once
+
+
+def last_query_of(pid: int) -> str:
+    with dedicated_connection() as admin:
+        return admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0]
+
+
+@pytest.mark.django_db
+def test_an_idle_connection_nothing_arrived_on_is_handed_out_without_a_round_trip():
+    """psycopg_pool's check sends an empty query each time it hands a connection out; jobsite's sends one only when
+    something arrived on the idle connection (PostgreSQL ending it says so), and sweeps then as before."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    pool = ConnectionPool(kwargs={**params, "autocommit": True}, min_size=1, max_size=1, timeout=30,
+                          check=dbpool.check_connection, open=True)
+    try:
+        marker = f"SELECT 'handed out as it is {uuid.uuid4().hex}'"
+        with pool.connection() as conn:
+            conn.execute(marker)
+            pid = conn.info.backend_pid
+        for _ in range(3):
+            with pool.connection() as conn:
+                assert conn.info.backend_pid == pid
+        assert last_query_of(pid) == marker  # psycopg_pool's check leaves "" here
+
+        assert end_backends("pid = %s", [pid]) == 1
+        with pool.connection() as conn:  # the ended one is found and replaced at once
+            assert conn.info.backend_pid != pid and conn.execute("SELECT 1").fetchone() == (1,)
+        assert pool.get_stats()["connections_lost"] == 1
+    finally:
+        pool.close()
