@@ -6,6 +6,7 @@ the state machine, writes an event, closes the attempt when resources are releas
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,7 +69,23 @@ JOB_LOCKED = Prepared(lambda pk: Job.objects.select_for_update(of=("self",)).sel
                       .filter(pk=pk), pk=int)
 
 
-@transaction.atomic
+def in_the_callers_transaction(func):
+    """Run ``func`` in the caller's transaction when there is one, without a savepoint of its own, else in one of
+    its own. A transition writes nothing before its check: one refused (``InvalidTransition``, raised before any
+    write) leaves the caller's transaction as it was, and the caller goes on (a pass, a job cancelled since it was
+    read). An error after a write ends the caller's transaction too (PostgreSQL refuses its next statement), as it
+    did with the savepoint when the caller did not catch it; no caller catches one and goes on in the same
+    transaction. The savepoint and its release were two round trips to the database for every transition."""
+    @functools.wraps(func)
+    def inner(*args, **kwargs):
+        if transaction.get_connection().in_atomic_block:
+            return func(*args, **kwargs)
+        with transaction.atomic():
+            return func(*args, **kwargs)
+    return inner
+
+
+@in_the_callers_transaction
 def job_transition(
     *,
     job: Job,
