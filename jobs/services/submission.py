@@ -20,6 +20,7 @@ from ..choices import EventType, JobType, Phase, Priority, Resource
 from ..dependencies import After
 from ..models import Group, GroupQuota, Image, InstanceType, Job, JobEvent, SubmitKey
 from ..ports import ports_problems
+from ..prepared_writes import insert
 from ..rules import QuotaLimits, fmt_amount
 from ..wakeup import request_admission
 from .dependencies import after_problems, dependencies_record
@@ -295,7 +296,7 @@ def job_submit_is_one_statement(spec: JobSpec) -> bool:
 @transaction.atomic(savepoint=False)
 def _job_written_in_steps(job: Job, *, user: AbstractBaseUser, spec: JobSpec, idempotency_key: str,
                           fingerprint: str, message: str, now: datetime) -> Job:
-    job.save(force_insert=True)
+    insert(job)
     if idempotency_key:
         submit_key_record(user=user, key=idempotency_key, fingerprint=fingerprint, job=job, now=now)
     # The event publishes the new job after commit (the list shows it); then a pass queues it.
