@@ -2,9 +2,9 @@
 
 A submit, clone, restart, cancel or stop serializes its answer inside the transaction that writes the job, from
 what that transaction holds, before the commit (a new job written in one statement: right after it, from the
-objects in hand). Nothing is read after the commit, so a database connection lost
-right after it (a restart, a failover, ``pg_terminate_backend``) cannot turn a saved job into a 500, nor the
-client's retry of that 500 into a second job. What runs after the commit (``transaction.on_commit``: the live
+objects in hand). Nothing is read after the commit, so a database connection lost right after it (a restart, a
+failover, ``pg_terminate_backend``) cannot turn a saved job into a 500, nor the client's retry of that 500 into a
+second job. What runs after the commit (``transaction.on_commit``: the live
 update, the scheduler's wake-up) never raises.
 """
 
