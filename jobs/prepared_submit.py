@@ -10,8 +10,8 @@ is written, and ``write`` says so.
 
 The values are the ones Django's ``save`` would write (``pre_save``: ``auto_now_add``; ``get_db_prep_save``: JSON),
 cast to their columns' types where they come through a ``SELECT``; a value the column refuses (too long) fails the
-statement, and nothing of it is written. ``usable`` says when this applies; elsewhere
-the caller writes them one by one.
+statement, and nothing of it is written. ``usable`` says when this applies; elsewhere the caller writes them one by
+one (``services.submission``), the key with the same SQL (``key_statements``).
 """
 
 from __future__ import annotations
@@ -23,24 +23,34 @@ from django.db import connections, router
 from django.db.models import NOT_PROVIDED
 
 from .models import Job, JobEvent, SubmitKey
-from .prepared_writes import plain
+from .prepared_writes import inserted_fields, plain
 
 _sql: dict[tuple, str] = {}
 
 
-def _columns(model) -> list:
-    return [f for f in model._meta.local_concrete_fields if not f.primary_key and not f.generated]
-
-
 def _event_columns() -> list:
-    return [f for f in _columns(JobEvent) if f.name != "job"]  # the job's id comes from the job's clause
+    return [f for f in inserted_fields(JobEvent) if f.name != "job"]  # the job's id comes from the job's clause
+
+
+def key_statements(connection, *, job_id: str, returning: str) -> tuple[str, str]:
+    """The SQL of a submit's `Idempotency-Key`: the user's other expired keys dropped (parameters: the user, the
+    expiry, the key), and the key inserted, taking the place of its own expired row if any (parameters: the user,
+    the key, the fingerprint, the made time, the expiry; ``job_id``, the SQL of the job's id, may take one more
+    after the fingerprint). The insert answers ``returning``, or no row when another submit holds the key."""
+    table, key = connection.ops.quote_name(SubmitKey._meta.db_table), connection.ops.quote_name("key")
+    delete = f"DELETE FROM {table} WHERE user_id = %s AND created_at < %s AND {key} <> %s"
+    upsert = (f"INSERT INTO {table} (user_id, {key}, fingerprint, job_id, created_at) "
+              f"VALUES (%s, %s, %s, {job_id}, %s) ON CONFLICT (user_id, {key}) DO UPDATE SET "
+              f"fingerprint = EXCLUDED.fingerprint, job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at "
+              f"WHERE {table}.created_at < %s RETURNING {returning}")
+    return delete, upsert
 
 
 def usable() -> bool:
     """PostgreSQL, and Django's ``save`` writes jobs and events plainly (nothing listens to their saves, no field
     needs a placeholder of its own; a submit's values are never expressions)."""
     return (connections[router.db_for_write(Job)].vendor == "postgresql"
-            and all(plain(_columns(model), model) for model in (Job, JobEvent)))
+            and all(plain(inserted_fields(model), model) for model in (Job, JobEvent)))
 
 
 def _given(instance, fields, connection) -> tuple[tuple, list]:
@@ -63,13 +73,10 @@ def _statement(connection, with_key: bool, job_columns: tuple, event_columns: tu
         return ", ".join(f"%s::{re.sub(r'[(][^)]*[)]', '', f.cast_db_type(connection))}" for f in fields)
 
     if with_key:
-        key_table, key = qn(SubmitKey._meta.db_table), qn("key")
-        sql = (f"WITH expired AS (DELETE FROM {key_table} WHERE user_id = %s AND created_at < %s AND {key} <> %s), "
-               f"new_key AS (INSERT INTO {key_table} (user_id, {key}, fingerprint, job_id, created_at) "
-               f"VALUES (%s, %s, %s, nextval(pg_get_serial_sequence('{job_table}', '{Job._meta.pk.column}')), %s) "
-               f"ON CONFLICT (user_id, {key}) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, "
-               f"job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at WHERE {key_table}.created_at < %s "
-               f"RETURNING job_id), "
+        delete, upsert = key_statements(
+            connection, job_id=f"nextval(pg_get_serial_sequence('{job_table}', '{Job._meta.pk.column}'))",
+            returning="job_id")
+        sql = (f"WITH expired AS ({delete}), new_key AS ({upsert}), "
                f"new_job AS (INSERT INTO {job_table} ({job_pk}, {names}) SELECT job_id, {cast(job_columns)} "
                f"FROM new_key RETURNING {job_pk}), ")
     else:
@@ -90,7 +97,7 @@ def write(job: Job, event: JobEvent, *, key: str = "", fingerprint: str = "", no
     nothing was written. On True both have their ids and are saved as Django's ``save`` leaves an instance."""
     db = router.db_for_write(Job)
     connection = connections[db]
-    job_columns, job_values = _given(job, _columns(Job), connection)
+    job_columns, job_values = _given(job, inserted_fields(Job), connection)
     event_columns, event_values = _given(event, _event_columns(), connection)
     params = []
     if key:

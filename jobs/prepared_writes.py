@@ -90,11 +90,16 @@ def update_row(model: type[Model], pk: Any, values: Mapping[str, Any], *, where_
         return cursor.rowcount
 
 
+def inserted_fields(model: type[Model]) -> list:
+    """The fields an insert of a ``model`` row writes: all of its own columns but the key and generated ones."""
+    return [f for f in model._meta.local_concrete_fields if not f.primary_key and not f.generated]
+
+
 def insert(instance: Model, *, using: str | None = None) -> Model:
     """As ``Model.objects.create``: the row inserted, its new primary key read back in the same statement."""
     model = type(instance)
     meta = model._meta
-    fields = [f for f in meta.local_concrete_fields if not f.primary_key and not f.generated]
+    fields = inserted_fields(model)
     db = using or router.db_for_write(model, instance=instance)
     connection = connections[db]
     if (instance.pk is not None or meta.pk not in meta.local_concrete_fields or meta.parents

@@ -241,14 +241,9 @@ def submit_key_record(*, user: AbstractBaseUser, key: str, fingerprint: str, job
     key (it waits for that submit's commit: the unique constraint decides). The user's other expired keys go in
     the same statement on PostgreSQL (a statement before it elsewhere). Raising leaves the caller's transaction
     to roll back (the job written before it)."""
-    table, q = SubmitKey._meta.db_table, connection.ops.quote_name
     at, expired_before = (connection.ops.adapt_datetimefield_value(t) for t in (now, now - SUBMIT_KEY_TTL))
-    upsert = (f"INSERT INTO {q(table)} (user_id, {q('key')}, fingerprint, job_id, created_at) "
-              f"VALUES (%s, %s, %s, %s, %s) ON CONFLICT (user_id, {q('key')}) DO UPDATE SET "
-              f"fingerprint = EXCLUDED.fingerprint, job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at "
-              f"WHERE {q(table)}.created_at < %s RETURNING id")
+    delete, upsert = prepared_submit.key_statements(connection, job_id="%s", returning="id")
     values = [user.pk, key, fingerprint, job.pk, at, expired_before]
-    delete = f"DELETE FROM {q(table)} WHERE user_id = %s AND created_at < %s AND {q('key')} <> %s"
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"WITH expired AS ({delete}) {upsert}", [user.pk, expired_before, key, *values])

@@ -296,7 +296,6 @@ class ExecServer:
         return code
 
 
-
 def _kill_tree(pid: int) -> None:
     """SIGKILL ``pid``'s process group and every descendant of it (the command's own session included)."""
     found, queue = [], [pid]
