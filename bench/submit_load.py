@@ -7,19 +7,21 @@
 its own Idempotency-Key, within ``--time-limit`` seconds; loopback only. By default each sends its next submit as
 soon as the last is answered (the machine's saturation: p95 is then the submitters' number over the throughput);
 ``--rate R`` spaces all submits evenly at R a second (the latency at a load below it). ``--queue-stopped`` stops the
-group's queue first, so nothing is launched and the submits alone are measured. It prints the answers by HTTP status
-(and the first error of each), the submit latency p50/p95/p99 beside the goal (p95 <= 300 ms), the CPU seconds the
-web processes and all of the topology's processes spent (per submit too, and by kind of process, beside the
-submitters' own), the whole machine's busy CPU less the submitters' (PostgreSQL's and Redis' too), the database's
-statements per submit (pg_stat_statements when it is loaded, else its transactions), the machine's load before and
-after, and the peak number of PostgreSQL connections the web processes held (its established TCP connections to
-PostgreSQL, sampled with `ss`), next to the peak of all connections to the database (pg_stat_activity: web,
-scheduler and worker together).
+group's queue first, so nothing is launched and the submits alone are measured; ``--watchers N`` keeps N job-list
+pages of a member open meanwhile (WebSocket clients), so each change is rendered and sent as well. It prints the
+answers by HTTP status (and the first error of each), the submit latency p50/p95/p99 beside the goal (p95 <= 300
+ms), the CPU seconds the web processes and all of the topology's processes spent (per submit too, and by kind of
+process, beside the submitters' own), the whole machine's busy CPU less the submitters' (PostgreSQL's and Redis'
+too), the database's statements per submit (pg_stat_statements when it is loaded, else its transactions), the
+machine's load before and after, and the peak number of PostgreSQL connections the web processes held (its
+established TCP connections to PostgreSQL, sampled with `ss`), next to the peak of all connections to the database
+(pg_stat_activity: web, scheduler and worker together).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -42,6 +44,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from chaos_topology import free_port, request  # noqa: E402  (the HTTP call the chaos run makes too)
+from page_watchers import Watchers, session_cookie  # noqa: E402  (bench/)
 from proc_cpu import cpu_by_label, cpu_seconds, machine_busy_seconds, session_pids  # noqa: E402  (bench/)
 
 PG = "postgres://postgres@127.0.0.1:5432"
@@ -127,6 +130,9 @@ def main() -> None:
                              "sends its next as soon as the last is answered, the machine's saturation)")
     parser.add_argument("--queue-stopped", action="store_true",
                         help="stop the group's queue first (nothing is launched: the submits alone)")
+    parser.add_argument("--watchers", type=int, default=0,
+                        help="job-list pages open meanwhile (WebSocket clients logged in as a member of the group: "
+                             "each change is then rendered and sent; default 0, no page open)")
     args = parser.parse_args()
 
     proc = None
@@ -195,10 +201,14 @@ def main() -> None:
         client_before = time.process_time()
         machine_before = machine_busy_seconds()
         db_before = db_counters(args.database)
-        started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=args.submitters) as pool:
-            list(pool.map(submitter, range(args.submitters)))
-        elapsed = time.monotonic() - started
+        with contextlib.ExitStack() as pages:
+            if args.watchers:
+                pages.enter_context(watchers := Watchers(base, session_cookie(base, USERS[0], args.password),
+                                                         args.watchers))
+            started = time.monotonic()
+            with ThreadPoolExecutor(max_workers=args.submitters) as pool:
+                list(pool.map(submitter, range(args.submitters)))
+            elapsed = time.monotonic() - started
         db_after = db_counters(args.database)
         web_cpu = cpu_seconds(web_pids) - cpu_before[0]
         all_cpu = cpu_seconds(all_pids) - cpu_before[1]
@@ -228,8 +238,10 @@ def main() -> None:
     for name, seconds in sorted(by_label.items(), key=lambda kv: -kv[1]):
         if seconds >= 0.05:
             print(f"  {name}: {seconds:.1f} s ({seconds / sent * 1000:.1f} ms a submit)")
-    print(f"the submitters themselves (this process): {client_cpu:.1f} s CPU "
-          f"({client_cpu / sent * 1000:.1f} ms a submit)")
+    print(f"the submitters themselves (this process{', and its page sockets' if args.watchers else ''}): "
+          f"{client_cpu:.1f} s CPU ({client_cpu / sent * 1000:.1f} ms a submit)")
+    if args.watchers:
+        print(f"pages open: {args.watchers} job list(s) of {USERS[0]}, {watchers.frames} frames received")
     print(f"the machine's busy CPU (PostgreSQL and Redis too), less the submitters: {machine:.1f} s "
           f"({machine / sent * 1000:.1f} ms a submit)")
     xacts, calls = db_after[0] - db_before[0], None if db_after[1] is None else db_after[1] - db_before[1]

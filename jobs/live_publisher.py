@@ -7,11 +7,13 @@ Audiences (channel-layer groups):
   ``jobs.all``               every changed row (superusers)
   ``jobs.utilisation``       "something changed", without rows (the utilisation page)
 
-``publish_job_changes`` is called from the after-commit hooks of ``jobs.services``. It never raises into its
-caller: with the layer down the change is logged and sent again later, and pages catch up when the layer is back
+``publish_job_changes`` is called from the after-commit hooks of ``jobs.services``. It never raises into its caller:
+with the layer down the change is logged and sent again later, and pages catch up when the layer is back
 (``jobs.catchup``). With the in-memory layer (embedded default) the rows are rendered by the caller and handed to
 the loop the consumers run on; with Redis a publisher thread renders and sends, so a caller in the scheduler never
-waits. Each web process's hub (``jobs.live_hub``) receives the messages and hands them to its sockets.
+waits, and first asks which audiences some web process listens to now (``jobs.live_audience``): a change no open
+page shows is neither read nor rendered nor sent. Each web process's hub (``jobs.live_hub``) receives the messages
+and hands them to its sockets.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from . import catchup, channel_auth
+from . import catchup, channel_auth, live_audience
 from .prepared import Prepared, in_parts
 
 log = logging.getLogger(__name__)
@@ -59,17 +61,22 @@ def _rows(ids):
 ROWS = Prepared(_rows, ids=list)  # compiled once for each length of a batch
 
 
-def render_rows(job_ids: Iterable[int]) -> list[dict[str, Any]]:
+def render_rows(job_ids: Iterable[int], heard: set[str] | None = None) -> list[dict[str, Any]]:
     """One item per job: its list row rendered from ``jobs/_job_row.html`` (the template of the first load), its
     group and when it was rendered (the newest rendering of a job wins wherever two meet). One query (one for each
-    IDS_A_STATEMENT jobs of a larger batch)."""
+    IDS_A_STATEMENT jobs of a larger batch). ``heard``: the audiences listened to now (``jobs.live_audience``);
+    only their jobs are rendered, and nothing is read when none of them shows rows (None: every job)."""
     from django.template.loader import get_template
 
     from . import selectors
 
     ids = sorted({int(i) for i in job_ids})
+    shown = _shown_groups(heard)
+    if shown is not None and not shown:
+        return []
     template = get_template("jobs/_job_row.html")
-    jobs = selectors.with_queue_positions(in_parts(ids, lambda part: ROWS.all(ids=part)))  # derived where read
+    jobs = in_parts(ids, lambda part: ROWS.all(ids=part))
+    jobs = selectors.with_queue_positions([job for job in jobs if shown is None or job.group_id in shown])
     at = time.time()
     items = [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
               "row": template.render({"job": job}).strip()} for job in jobs if not job.array_id]
@@ -94,14 +101,24 @@ def _array_items(array_ids: set[int], at: float) -> list[dict[str, Any]]:
             for row in rows.values() if row.first_id in firsts]
 
 
-def change_messages(items: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def _shown_groups(heard: set[str] | None) -> set[int] | None:
+    """The job groups whose rows some page shows, of the audiences ``heard`` (None: all of them)."""
+    if heard is None or GROUP_ALL in heard:
+        return None
+    prefix = group_channel(0)[:-1]
+    return {int(name[len(prefix):]) for name in heard if name.startswith(prefix) and name[len(prefix):].isdigit()}
+
+
+def change_messages(items: list[dict[str, Any]], heard: set[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """One ``jobs.changed`` message per audience: each job group with its jobs' rows, superusers with all of them,
-    and the utilisation page (no rows: "something changed")."""
+    and the utilisation page (no rows: "something changed"); only to the audiences ``heard`` (None: to all)."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for item in items:
         by_group.setdefault(group_channel(item["group_id"]), []).append(item)
     sends = [(name, rows) for name, rows in by_group.items()] + ([(GROUP_ALL, items)] if items else [])
     sends.append((UTILISATION, []))
+    if heard is not None:
+        sends = [(name, rows) for name, rows in sends if name in heard]
     # Signed (jobs.channel_auth): the hubs drop whatever else arrives on their channel.
     return [(name, channel_auth.sign({"type": "jobs.changed", "group": name, "items": rows})) for name, rows in sends]
 
@@ -188,11 +205,11 @@ def _dispatch(sends: list[tuple[str, dict[str, Any]]]) -> None:
         asyncio.run_coroutine_threadsafe(_send_all(layer, sends), loop).add_done_callback(_log_failure)
 
 
-def _render_rows_and_close(ids: set[int]) -> list[dict[str, Any]]:
+def _render_rows_and_close(ids: set[int], heard: set[str] | None) -> list[dict[str, Any]]:
     from django.db import close_old_connections
 
     try:
-        return render_rows(ids)
+        return render_rows(ids) if heard is None else render_rows(ids, heard)
     finally:
         close_old_connections()
 
@@ -208,6 +225,8 @@ class _Publisher:
         self.ids: set[int] = set()
         self.layer: Any = None
         self.batches = self.rows = 0  # sent so far (the benchmark reports them)
+        self.unheard = 0  # changed jobs left alone: no page anywhere listened
+        self._audience: live_audience.Audience | None = None
         self.wakeup: asyncio.Event | None = None
         self.ready = threading.Event()
         self.idle = threading.Event()
@@ -237,17 +256,30 @@ class _Publisher:
                         self.idle.set()
                         break
                 try:
-                    items = await self.loop.run_in_executor(self.reader, _render_rows_and_close, ids)
+                    heard = await self.audience(layer).groups()
+                except Exception as exc:  # the channel layer: sent again later
+                    log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
+                    continue
+                if heard is not None and not heard:  # no page anywhere: nothing to read, render or send
+                    self.unheard += len(ids)
+                    continue
+                try:
+                    items = await self.loop.run_in_executor(self.reader, _render_rows_and_close, ids, heard)
                 except Exception as exc:  # the database: nothing to send again (a later change reads it afresh)
                     log.error("could not read the changed jobs %s: %r", sorted(ids), exc)
                     continue
                 try:
-                    await _send_all(layer, change_messages(items))
+                    await _send_all(layer, change_messages(items, heard))
                     self.batches += 1
                     self.rows += len(items)
                     self.resend.sent()
                 except Exception as exc:  # the channel layer: sent again later
                     log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
+
+    def audience(self, layer: Any) -> live_audience.Audience:
+        if self._audience is None or self._audience.layer is not layer:
+            self._audience = live_audience.Audience(layer)
+        return self._audience
 
     def submit(self, layer: Any, job_ids: Iterable[int]) -> None:
         with self.lock:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import threading
 import time
 
@@ -120,10 +122,59 @@ def db(fn, *args, **kwargs):
     return database_sync_to_async(fn)(*args, **kwargs)
 
 
-async def frames_until(communicator, predicate, timeout: float = 10) -> list[str]:
+async def frames_until(communicator, predicate, timeout: float = 60) -> list[str]:
     """Frames received until one satisfies ``predicate`` (that one last)."""
     got = []
     while True:
         got.append(await communicator.receive_from(timeout=timeout))
         if predicate(got[-1]):
             return got
+
+
+REDIS_DEADLINE = 60.0  # generous: a busy two-core machine
+
+
+class PrivateRedis:
+    """A ``redis-server`` of this test's own, without persistence: stopping it loses everything, as an outage does."""
+
+    def __init__(self, workdir) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + REDIS_DEADLINE
+        while True:  # answering PING
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            assert self.process.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not answer"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=REDIS_DEADLINE)
+
+
+@pytest.fixture
+def private_redis(settings, tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    server = PrivateRedis(tmp_path)
+    server.start()
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                                           "CONFIG": {"hosts": [server.url], "prefix": "jobsite-test:ws:"}}}
+    yield server
+    server.stop()

@@ -6,10 +6,6 @@ started again); the machine's shared Redis is never touched."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
-import time
 from datetime import timedelta
 
 import pytest
@@ -19,66 +15,11 @@ from jobs import catchup, live_hub, live_publisher, services
 from jobs.models import Job
 from tests.waiting import async_wait_for
 
-from .conftest import db, pending
+from .conftest import db, frames_until, pending
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 DEADLINE = 60.0  # generous: a busy two-core machine
-
-
-class PrivateRedis:
-    """A ``redis-server`` of this test's own, without persistence: stopping it loses everything, as an outage does."""
-
-    def __init__(self, workdir) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workdir = workdir
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + DEADLINE
-        while True:  # answering PING
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            assert self.process.poll() is None, "redis-server exited"
-            assert time.monotonic() < deadline, "redis-server did not answer"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=DEADLINE)
-
-
-@pytest.fixture
-def private_redis(settings, tmp_path):
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-    server = PrivateRedis(tmp_path)
-    server.start()
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                                           "CONFIG": {"hosts": [server.url], "prefix": "jobsite-outage:ws:"}}}
-    yield server
-    server.stop()
-
-
-async def frames_until(communicator, predicate, timeout: float = DEADLINE) -> list[str]:
-    got = []
-    deadline = time.monotonic() + timeout
-    while True:
-        got.append(await communicator.receive_from(timeout=max(0.1, deadline - time.monotonic())))
-        if predicate(got[-1]):
-            return got
 
 
 def the_hub() -> live_hub.Hub:
@@ -119,7 +60,8 @@ async def test_pages_catch_up_after_redis_was_down_without_reconnecting(private_
     assert await lister.receive_nothing(timeout=0.3)
     drawn = []
     render_rows = live_publisher.render_rows
-    monkeypatch.setattr(live_publisher, "render_rows", lambda ids: drawn.extend(ids) or render_rows(ids))
+    monkeypatch.setattr(live_publisher, "render_rows",
+                        lambda ids, *heard: drawn.extend(ids) or render_rows(ids, *heard))
 
     private_redis.start()
     frames = await frames_until(lister, lambda f: "changed during the outage" in f)
