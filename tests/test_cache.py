@@ -45,3 +45,13 @@ def test_django_s_own_redis_cache_opens_a_connection_per_request_context():
 
 def test_request_contexts_share_the_process_s_redis_connections():
     assert connections_opened(settings.REDIS_URL, BACKENDS[1], 20) <= 2
+
+
+@pytest.mark.parametrize(("backend", "one_client"), [(BACKENDS[0], False), (BACKENDS[1], True)])
+def test_the_shared_cache_builds_its_redis_client_once(backend, one_client):
+    handler = CacheHandler({"default": {"BACKEND": backend, "LOCATION": settings.REDIS_URL,
+                                        "KEY_PREFIX": "jobsite-test-cache"}})
+    cache = handler["default"]
+    cache.set("k", 1, 30)
+    assert cache.get("k") == 1
+    assert (cache._cache.get_client() is cache._cache.get_client(write=True)) is one_client

@@ -168,10 +168,9 @@ class FieldsBuiltOnce:
         cls = type(self)
         built = cls.__dict__.get("_fields_built_once")
         if built is None:
-            built = super().get_fields()
-            cls._fields_built_once = built
-        return {name: copy.deepcopy(field) if _holds_fields(field) else _shallow_copy(field)
-                for name, field in built.items()}
+            fields = super().get_fields()
+            built = cls._fields_built_once = [(name, field, _holds_fields(field)) for name, field in fields.items()]
+        return {name: copy.deepcopy(field) if deep else _shallow_copy(field) for name, field, deep in built}
 
 
 def _shallow_copy(field: serializers.Field) -> serializers.Field:
