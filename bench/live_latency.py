@@ -166,27 +166,22 @@ class ExtraClients:
         self.ready = 0
 
     async def client(self, stopping: asyncio.Event) -> None:
-        import websockets
+        from page_watchers import page_socket
 
         try:
-            async with websockets.connect(self.url, origin=self.origin, additional_headers={
-                "Cookie": f"sessionid={self.cookie}"}, open_timeout=60, max_queue=None) as ws:
-                self.ready += 1
-                if self.ready == self.count:
-                    print("connected", flush=True)
-                stop = asyncio.ensure_future(stopping.wait())
-                while True:
-                    recv = asyncio.ensure_future(ws.recv())
-                    done, _ = await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
-                    if stop in done:
-                        recv.cancel()
-                        return
-                    recv.result()
-                    self.received += 1
+            await page_socket(self.url, self.origin, self.cookie, stopping, self._opened, self._frame)
         except Exception:
             self.failed += 1
             if self.ready + self.failed == self.count:
                 print("connected", flush=True)
+
+    def _opened(self) -> None:
+        self.ready += 1
+        if self.ready == self.count:
+            print("connected", flush=True)
+
+    def _frame(self) -> None:
+        self.received += 1
 
     async def run(self) -> None:
         stopping = asyncio.Event()

@@ -9,6 +9,7 @@ import re
 import threading
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 
 
 def session_cookie(base: str, username: str, password: str) -> str:
@@ -52,27 +53,40 @@ class Watchers:
         self.stopping = asyncio.Event()
         opened = 0
 
-        async def one() -> None:
+        def one_opened() -> None:
             nonlocal opened
-            import websockets
+            opened += 1
+            if opened == self.count:
+                self.connected.set()
 
+        async def one() -> None:
             try:
-                async with websockets.connect(self.url, origin=self.origin, open_timeout=60, max_queue=None,
-                                              additional_headers={"Cookie": f"sessionid={self.cookie}"}) as ws:
-                    opened += 1
-                    if opened == self.count:
-                        self.connected.set()
-                    stop = asyncio.ensure_future(self.stopping.wait())
-                    while True:
-                        recv = asyncio.ensure_future(ws.recv())
-                        done, _ = await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
-                        if stop in done:
-                            recv.cancel()
-                            return
-                        recv.result()
-                        self.frames += 1
+                await page_socket(self.url, self.origin, self.cookie, self.stopping, one_opened, self._frame)
             except Exception:
                 self.failed += 1
                 self.connected.set()
 
         await asyncio.gather(*(one() for _ in range(self.count)))
+
+    def _frame(self) -> None:
+        self.frames += 1
+
+
+async def page_socket(url: str, origin: str, cookie: str, stopping: asyncio.Event, opened: Callable[[], None],
+                      frame: Callable[[], None]) -> None:
+    """One page's socket, logged in with the session ``cookie``, until ``stopping`` is set: ``opened()`` once
+    connected, ``frame()`` for each frame received. Raises if it cannot connect or is closed meanwhile."""
+    import websockets
+
+    async with websockets.connect(url, origin=origin, open_timeout=60, max_queue=None,
+                                  additional_headers={"Cookie": f"sessionid={cookie}"}) as ws:
+        opened()
+        stop = asyncio.ensure_future(stopping.wait())
+        while True:
+            recv = asyncio.ensure_future(ws.recv())
+            done, _ = await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop in done:
+                recv.cancel()
+                return
+            recv.result()
+            frame()
