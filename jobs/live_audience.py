@@ -47,6 +47,15 @@ class Audience:
         return found
 
 
+    async def close(self) -> None:
+        for client in self.clients or ():
+            try:
+                await client.aclose(close_connection_pool=True)
+            except Exception:  # already gone with its Redis: nothing to release
+                pass
+        self.clients = None
+
+
 def _glob_escaped(text: str) -> str:
     """``text`` matched literally by a Redis glob pattern."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -256,7 +256,7 @@ class _Publisher:
                         self.idle.set()
                         break
                 try:
-                    heard = await self.audience(layer).groups()
+                    heard = await self._heard(layer)
                 except Exception as exc:  # the channel layer: sent again later
                     log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
                     continue
@@ -276,10 +276,13 @@ class _Publisher:
                 except Exception as exc:  # the channel layer: sent again later
                     log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
 
-    def audience(self, layer: Any) -> live_audience.Audience:
-        if self._audience is None or self._audience.layer is not layer:
+    async def _heard(self, layer: Any) -> set[str] | None:
+        """The audiences some page listens to now (``live_audience``), asked of ``layer``'s Redis."""
+        if self._audience is None or self._audience.layer is not layer:  # the first, or the settings changed
+            if self._audience is not None:
+                await self._audience.close()
             self._audience = live_audience.Audience(layer)
-        return self._audience
+        return await self._audience.groups()
 
     def submit(self, layer: Any, job_ids: Iterable[int]) -> None:
         with self.lock:

@@ -54,3 +54,26 @@ def test_two_requests_never_share_a_field_nor_a_nested_one(serializer):
             assert inner is not other.child and inner.parent is field and other.child.parent is other, name
             assert inner.root is first and other.child.root is second
     assert holders >= 1
+
+
+@pytest.mark.django_db
+def test_a_serializer_kept_for_the_thread_answers_each_job_as_a_new_one_would(world, submit):
+    """``represented``: one serializer per class and thread, given another job and context each time; each answer
+    is the one a serializer made for it alone gives, nothing of the last one left in it."""
+    from jobs.api.serializers.fields import represented
+    from jobs.models import Job
+    from jobs.services import job_cancel
+
+    first = submit("bob", name="first", env={"A": "1"})
+    second = submit("pan", name="second", instance_type="gpu-1")
+    job_cancel(job=Job.objects.get(pk=second.pk), by=world.users["pan"])
+    plain, worded = {}, {"vocabulary": "mcli"}
+    answers = [represented(JobDetailSerializer, Job.objects.get(pk=job.pk), context)
+               for job, context in [(first, plain), (second, worded), (first, plain), (second, plain)]]
+    for answer, (job, context) in zip(answers, [(first, plain), (second, worded), (first, plain), (second, plain)],
+                                      strict=True):
+        assert answer == JobDetailSerializer(Job.objects.get(pk=job.pk), context=context).data
+    assert answers[0]["name"] == "first" and answers[0]["env"] == {"A": "1"} and len(answers[0]["events"]) == 1
+    assert answers[1]["name"] == "second" and answers[1]["phase"] == "CANCELLED" and len(answers[1]["events"]) == 2
+    assert "vocabulary_status" in answers[1] and "vocabulary_status" not in answers[3]
+    assert answers[0] == answers[2]

@@ -82,3 +82,18 @@ async def test_a_detail_page_hears_every_job_through_its_hub(private_redis, ws, 
     frames = await frames_until(detail, lambda f: ">Pending</span>" in f)
     assert frames
     assert live_hub._hubs[asyncio.get_running_loop()].groups() == {live_publisher.GROUP_ALL}
+
+
+async def test_an_audience_replaced_leaves_no_connection_open(private_redis):
+    import redis
+
+    admin = redis.Redis.from_url(private_redis.url)
+    before = admin.info("clients")["connected_clients"]
+    audience = live_audience.Audience(get_channel_layer())
+    assert await audience.groups() == set()
+    assert admin.info("clients")["connected_clients"] == before + 1
+    await audience.close()
+    deadline = time.monotonic() + REDIS_DEADLINE
+    while admin.info("clients")["connected_clients"] != before:
+        assert time.monotonic() < deadline, "the audience's connection stayed open"
+        await asyncio.sleep(0.02)

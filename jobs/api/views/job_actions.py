@@ -19,6 +19,7 @@ from .. import submit
 from ..exceptions import Conflict
 from ..schema import ErrorSerializer
 from ..serializers.arrays import ArrayDetailSerializer
+from ..serializers.fields import represented
 from ..serializers.job_writes import (
     BulkCancelResponseSerializer,
     BulkCancelSerializer,
@@ -47,7 +48,7 @@ class JobActionsMixin:
 
         def serialize(job: Job) -> dict:
             job = submit.as_created(job) if created else self.get_queryset().get(pk=job.pk)
-            return JobDetailSerializer(job, context=context).data
+            return represented(JobDetailSerializer, job, context)
 
         job, data = submit.answered(write, serialize, one_statement=one_statement)
         if created:
