@@ -46,7 +46,6 @@ class Audience:
                 found.add(name[len(self.prefix):])
         return found
 
-
     async def close(self) -> None:
         for client in self.clients or ():
             try:

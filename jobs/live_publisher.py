@@ -209,7 +209,7 @@ def _render_rows_and_close(ids: set[int], heard: set[str] | None) -> list[dict[s
     from django.db import close_old_connections
 
     try:
-        return render_rows(ids) if heard is None else render_rows(ids, heard)
+        return render_rows(ids, heard)
     finally:
         close_old_connections()
 
