@@ -52,6 +52,9 @@ def test_several_processes_behind_one_port_take_connections_through_their_gate_a
     with ThreadPoolExecutor(max_workers=16) as pool:  # 16 at once: more than the two processes' 2 threads each
         statuses = list(pool.map(lambda _: answered(base + "/login/"), range(64)))
     assert statuses == [200] * 64
+    # Each process says so once its startup is complete: the second may finish after the first answered all 64.
+    gated = "web: this process takes connections on ('127.0.0.1', "
+    wait_for(lambda: log.read_text().count(gated) == 2, timeout=180, message=lambda: "both processes' gates: "
+             + log.read_text()[-3000:])
     text = log.read_text()
-    assert text.count("web: this process takes connections on ('127.0.0.1', ") == 2, text[-3000:]
     assert "fewer than 2 requests in hand" in text and "accepting a connection failed" not in text
