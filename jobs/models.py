@@ -149,8 +149,10 @@ class Image(models.Model):
 class Job(models.Model):
     # spec
     name = models.CharField(max_length=128)
-    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="jobs")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    # No index of their own: job_group_newest and job_user_newest lead with them (each index is written by every
+    # insert and by every transition, which changes the indexed phase).
+    group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="jobs", db_index=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", db_index=False)
     image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="jobs")
     image_url = models.CharField(max_length=500)
     instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="jobs")
@@ -184,8 +186,8 @@ class Job(models.Model):
     termination_target = models.CharField(max_length=12, choices=Phase.choices, blank=True)
     over_quota = models.BooleanField(default=False, help_text="Runs beyond its group's quota: preempted first.")
     retry_at = models.DateTimeField(null=True, blank=True)
-    current_attempt = models.ForeignKey(
-        "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    current_attempt = models.ForeignKey(  # indexed where set (job_current_attempt)
+        "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     # times
     created_at = models.DateTimeField(auto_now_add=True)
@@ -198,7 +200,8 @@ class Job(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True, help_text="End + TTL: when its leftovers are deleted.")
     cleaned_at = models.DateTimeField(null=True, blank=True, help_text="Working directories/pods deleted (TTL).")
     # A member of an array or sweep (JobArray): its index in it and, for a sweep, its parameters.
-    array = models.ForeignKey("JobArray", null=True, blank=True, on_delete=models.CASCADE, related_name="members")
+    array = models.ForeignKey("JobArray", null=True, blank=True, on_delete=models.CASCADE, related_name="members",
+                              db_index=False)  # indexed where set (job_array_member)
     array_index = models.PositiveIntegerField(null=True, blank=True)
     array_params = models.JSONField(default=dict, blank=True)
     # Waits for jobs it depends on (JobDependency rows not yet satisfied): out of its group's queue until then.
@@ -224,6 +227,10 @@ class Job(models.Model):
                 fields=["group", "user"], condition=Q(phase__in=sorted(RESOURCE_PHASES)), name="job_holding"
             ),
             models.Index(fields=["expires_at"], condition=Q(cleaned_at__isnull=True), name="job_ttl_due"),
+            # Most jobs are in no array, and a waiting job has no attempt: those rows are not in these indexes.
+            models.Index(fields=["array"], condition=Q(array__isnull=False), name="job_array_member"),
+            models.Index(fields=["current_attempt"], condition=Q(current_attempt__isnull=False),
+                         name="job_current_attempt"),
         ]
 
     def __str__(self) -> str:
