@@ -27,6 +27,7 @@ from jobs import services
 from jobs.models import Attempt, Job
 
 from .exceptions import validation_error_from_django
+from .serializers.fields import validated
 from .serializers.job_writes import JobSubmitSerializer
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -73,10 +74,9 @@ def submitted_with(*, user: AbstractBaseUser, key: str, fingerprint: str) -> Job
 def job_spec_checked(*, user: AbstractBaseUser, data: Any) -> services.JobSpec:
     """The body of a submit (or clone) as a spec the group's rules allow; a 400 naming each field otherwise.
     Reads only: nothing is written when it fails."""
-    serializer = JobSubmitSerializer(data=data)
-    serializer.is_valid(raise_exception=True)
+    spec = validated(JobSubmitSerializer, data)
     try:
-        return services.job_spec_validate(user=user, data=serializer.validated_data)
+        return services.job_spec_validate(user=user, data=spec)
     except DjangoValidationError as exc:
         raise validation_error_from_django(exc) from exc
 

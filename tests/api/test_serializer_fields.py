@@ -77,3 +77,26 @@ def test_a_serializer_kept_for_the_thread_answers_each_job_as_a_new_one_would(wo
     assert answers[1]["name"] == "second" and answers[1]["phase"] == "CANCELLED" and len(answers[1]["events"]) == 2
     assert "vocabulary_status" in answers[1] and "vocabulary_status" not in answers[3]
     assert answers[0] == answers[2]
+
+
+def test_a_serializer_kept_for_the_thread_validates_each_body_as_a_new_one_would():
+    """``validated``: an error of one body is not left for the next, nor a valid body's data."""
+    from rest_framework.exceptions import ValidationError
+
+    from jobs.api.serializers.fields import validated
+
+    good = {"group": "g", "image": "i", "instance_type": "t", "command": "true", "env": {"A": "1"}}
+    bad = {"group": "g", "image": "i", "command": 3, "replicas": 0, "colour": "red"}
+    other = {"group": "h", "image": "j", "instance_type": "u", "command": "sleep 1", "replicas": 2}
+    outcomes = []
+    for body in (good, bad, other, bad, good):
+        try:
+            outcomes.append(("valid", dict(validated(JobSubmitSerializer, body))))
+        except ValidationError as exc:
+            outcomes.append(("invalid", exc.detail))
+        fresh = JobSubmitSerializer(data=body)
+        expected = ("valid", dict(fresh.validated_data)) if fresh.is_valid() else ("invalid", fresh.errors)
+        assert outcomes[-1] == expected
+    assert [kind for kind, _ in outcomes] == ["valid", "invalid", "valid", "invalid", "valid"]
+    assert outcomes[2][1]["group"] == "h" and outcomes[2][1]["replicas"] == 2 and "env" not in outcomes[2][1]
+    assert set(outcomes[1][1]) == {"instance_type", "command", "replicas", "colour"}
