@@ -37,10 +37,11 @@ log = logging.getLogger(__name__)
 
 GROUP_ALL = "jobs.all"
 UTILISATION = "jobs.utilisation"
+GROUP_PREFIX = "jobs.group."
 
 
 def group_channel(group_id: int) -> str:
-    return f"jobs.group.{group_id}"
+    return f"{GROUP_PREFIX}{group_id}"
 
 
 # --- rendering: once per change, the row the list page draws -------------------------------------------------
@@ -105,8 +106,8 @@ def _shown_groups(heard: set[str] | None) -> set[int] | None:
     """The job groups whose rows some page shows, of the audiences ``heard`` (None: all of them)."""
     if heard is None or GROUP_ALL in heard:
         return None
-    prefix = group_channel(0)[:-1]
-    return {int(name[len(prefix):]) for name in heard if name.startswith(prefix) and name[len(prefix):].isdigit()}
+    ids = (name.removeprefix(GROUP_PREFIX) for name in heard if name.startswith(GROUP_PREFIX))
+    return {int(i) for i in ids if i.isdigit()}
 
 
 def change_messages(items: list[dict[str, Any]], heard: set[str] | None = None) -> list[tuple[str, dict[str, Any]]]:

@@ -75,7 +75,9 @@ def in_the_callers_transaction(func):
     write) leaves the caller's transaction as it was, and the caller goes on (a pass, a job cancelled since it was
     read). An error after a write ends the caller's transaction too (PostgreSQL refuses its next statement), as it
     did with the savepoint when the caller did not catch it; no caller catches one and goes on in the same
-    transaction. The savepoint and its release were two round trips to the database for every transition."""
+    transaction. The savepoint and its release were two round trips to the database for every transition. (Django's
+    ``atomic(savepoint=False)`` is not this: any exception out of it, the refusal included, marks the caller's
+    transaction for rollback.)"""
     @functools.wraps(func)
     def inner(*args, **kwargs):
         if transaction.get_connection().in_atomic_block:
