@@ -5,7 +5,8 @@ Threads (all daemons):
   on winning it starts the backend's watches (a fresh list), on losing it stops them and stops acting;
 - admission: a scheduling pass every interval or when woken (database only; launches go to the actuator);
 - sync: reads every active attempt back from the backend and applies what ``reconcile`` decides, runs the clocks
-  (backoff, TTL) and, now and then, deletes orphaned pods; its backend calls also go to the actuator;
+  (backoff, TTL) once an interval and, now and then, deletes orphaned pods; its backend calls also go to the
+  actuator;
 - exits (backends that report exits: local): while leading, waits on the backend's socket and starts a sync as
   soon as a replica reports its exit, so a finished job frees its GPUs at once, not at the next interval;
 - a round whose database connection failed (the server ended it: a restart, a failover, pg_terminate_backend)
@@ -68,6 +69,7 @@ class SchedulerLoop:
         self._wake_sync = threading.Event()
         self._threads: list[threading.Thread] = []
         self._next_orphan_check = 0.0
+        self._next_housekeeping = 0.0
         self._listener: Any = None  # the bound exit socket, owned by the exits thread
         self._leadership_changed = threading.Event()
 
@@ -127,7 +129,7 @@ class SchedulerLoop:
         log.info("scheduler %s is the leader", self.elector.identity)
         install_actuator(self.backend, ACTUATOR_WORKERS)
         self.backend.start()  # e.g. the Kubernetes watches: a fresh list
-        self._next_orphan_check = 0.0
+        self._next_orphan_check = self._next_housekeeping = 0.0
         self.leading.set()
         self._wake_admission.set()
         self._wake_sync.set()
@@ -208,7 +210,11 @@ class SchedulerLoop:
     def _sync_round(self) -> None:
         with metrics.SYNC_SECONDS.time():
             sync_jobs(backend=self.backend)
-            housekeeping(backend=self.backend)
+            # The clocks (backoffs over, TTLs due) once an interval: exits wake sync rounds many times a second on a
+            # busy machine, and each would read them again to find nothing new.
+            if time.monotonic() >= self._next_housekeeping:
+                self._next_housekeeping = time.monotonic() + self.interval
+                housekeeping(backend=self.backend)
         telemetry_tick(self.backend)
         if time.monotonic() >= self._next_orphan_check:
             self._next_orphan_check = time.monotonic() + settings.JOBSITE_K8S_RESYNC_SECONDS

@@ -143,3 +143,34 @@ def test_a_begin_that_fails_gives_the_lock_back(sqlite_file):
         db._start_transaction_under_autocommit()
     assert not lock.locked()
     holder.connection.rollback()
+
+
+def test_a_statement_is_converted_to_sqlites_placeholders_once_per_text(sqlite_file, monkeypatch):
+    """The text with ``?`` placeholders is kept: the second execution of a statement reuses it (so the regular
+    expression over a long SELECT runs once), and what runs is what Django's conversion gives ("%%" a literal %)."""
+    monkeypatch.setattr(base, "_converted", {})
+    open_db, _ = sqlite_file
+    db = open_db()
+    query = "SELECT v FROM t WHERE id = %s AND 'a%%' LIKE 'a%%'"
+    with db.cursor() as cursor:
+        for expected in (0, 0):
+            cursor.execute(query, [1])
+            assert cursor.fetchone() == (expected,)
+    assert base._converted == {query: "SELECT v FROM t WHERE id = ? AND 'a%' LIKE 'a%'"}
+    kept = base._converted[query]
+    with db.cursor() as cursor:
+        cursor.execute(query, [2])
+        assert cursor.fetchone() is None
+    assert base._converted[query] is kept
+
+
+def test_the_kept_texts_are_bounded(sqlite_file, monkeypatch):
+    monkeypatch.setattr(base, "_converted", {})
+    monkeypatch.setattr(base, "_CONVERTED_MAX", 3)
+    open_db, _ = sqlite_file
+    db = open_db()
+    with db.cursor() as cursor:
+        for n in range(7):
+            cursor.execute(f"SELECT v + {n} FROM t WHERE id = %s", [1])
+            assert cursor.fetchone() == (n,)
+    assert 1 <= len(base._converted) <= 3

@@ -115,6 +115,44 @@ def test_submits_wake_a_pass_but_no_sync_round_and_a_stop_wakes_both(submit, set
         loop.join(10)
 
 
+def test_woken_sync_rounds_run_the_clocks_once_an_interval(submit, settings):
+    """Exits wake sync rounds many times a second; the clocks (a backoff over, a TTL due) run in the first round
+    of each interval only: a job whose backoff ended after it waits, through woken rounds, for the next interval.
+    The interval is long: every round after the first was woken."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from prometheus_client import REGISTRY
+
+    from jobs.models import Job
+
+    def rounds() -> float:
+        return REGISTRY.get_sample_value("jobsite_scheduler_sync_seconds_count") or 0.0
+
+    settings.JOBSITE_SCHEDULER_INTERVAL = 600
+    before = rounds()
+    loop = SchedulerLoop(elector=Switch(leading=True))
+    loop.start()
+    try:
+        waiting.wait_for(lambda: rounds() > before, timeout=60, message="the first sync round")
+        job = submit("bob", command="sleep 600")
+        Job.objects.filter(pk=job.pk).update(phase=Phase.BACKOFF, status="Error",
+                                             retry_at=timezone.now() - timedelta(seconds=1))
+        for _ in range(3):
+            seen = rounds()
+            loop._wake_sync.set()  # as an exit's report does
+            waiting.wait_for(lambda seen=seen: rounds() > seen, timeout=60, message="a woken sync round")
+        job.refresh_from_db()
+        assert job.phase == Phase.BACKOFF
+        loop._next_housekeeping = 0.0  # the interval is over
+        loop._wake_sync.set()
+        waiting.wait_for(lambda: job.refresh_from_db() or job.phase != Phase.BACKOFF, timeout=60,
+                         message="the backoff released by the next interval's round")
+    finally:
+        loop.stop()
+        loop.join(10)
+
+
 def test_a_round_whose_connection_fails_runs_again_up_to_its_tries():
     """Two failures of the database connection (one lost, then none from the pool in its timeout) and the round
     still runs; a third failure fails it, counted once, and scheduling goes on."""
