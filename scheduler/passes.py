@@ -24,7 +24,6 @@ from django.utils import timezone
 from jobs import services
 from jobs.choices import QUEUED_PHASES, Phase
 from jobs.models import Group, Job
-from jobs.prepared import Prepared
 from jobs.state_machine import InvalidTransition
 
 from . import carry, metrics
@@ -196,20 +195,17 @@ def refresh_nodes(backend: Backend) -> None:
     services.nodes_record(backend=backend.name, nodes={n.name: dict(n.allocatable) for n in nodes})
 
 
-JOB = Prepared(lambda pk: Job.objects.filter(pk=pk), pk=int)
-
-
 def _admit(outcome: Outcome, phase: str, queued: QueuedJob, backend: Backend, now: datetime | None) -> None:
     """Admit the job as decided; ``InvalidTransition`` (nothing written) when it is no longer queued: cancelled
-    after the pass read it."""
+    after the pass read it. The job is read once, locked, for both transitions (in the pass's transaction)."""
     if phase == Phase.PENDING:
-        job = JOB.get(pk=outcome.job_id)
+        job = services.job_locked(job_id=outcome.job_id)
     else:  # SUBMITTED or INADMISSIBLE: into the queue first, so the trail says so (the job as the transition read it)
         job = services.job_transition(job=Job(pk=outcome.job_id), phase=Phase.PENDING, reason="Queued", now=now,
                                       from_phases=QUEUED_PHASES)
     placement = [{"node": p.node, "gpu_ids": list(p.gpu_ids)} for p in outcome.placement]
     services.job_admit(job=job, backend=backend.name, placement=placement or [{"node": ""}] * queued.replicas,
-                       over_quota=outcome.over_quota, nominated=queued.nominated, now=now)
+                       over_quota=outcome.over_quota, nominated=queued.nominated, now=now, locked=True)
 
 
 def launch_jobs(job_ids: list[int], *, backend: Backend) -> None:

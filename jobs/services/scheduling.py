@@ -25,10 +25,11 @@ LAST_ATTEMPT_NUMBER = Prepared(lambda job: Attempt.objects.filter(job_id=job).or
 
 @transaction.atomic
 def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_quota: bool = False,
-              nominated: bool = False, now: datetime | None = None) -> Attempt:
+              nominated: bool = False, now: datetime | None = None, locked: bool = False) -> Attempt:
     """Admit a queued job: a new attempt in PREPARING holding its resources. Launching happens after commit.
     ``InvalidTransition``, nothing written (the attempt rolled back with the rest), when the job is no longer PENDING
-    (cancelled since it was decided on)."""
+    (cancelled since it was decided on). ``locked``: ``job`` is as the caller's transaction locked it
+    (``job_transition``'s), and is not read again."""
     now = now or timezone.now()
     number = (next(iter(LAST_ATTEMPT_NUMBER.all(job=job.pk)), None) or 0) + 1
     attempt = insert(Attempt(
@@ -48,7 +49,7 @@ def job_admit(*, job: Job, backend: str, placement: list[dict[str, Any]], over_q
         message += ", on the resources freed by the jobs it preempted"
     job_transition(job=job, phase=Phase.PREPARING, reason="Admitted", event_reason="Admitted", message=message,
                    current_attempt=attempt, admitted_at=now, exit_code=None, over_quota=over_quota, retry_at=None,
-                   now=now, from_phases=(Phase.PENDING,))
+                   now=now, from_phases=(Phase.PENDING,), locked=locked)
     return attempt
 
 

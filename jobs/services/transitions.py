@@ -101,6 +101,7 @@ def job_transition(
     queue_position: int | None = None,
     now: datetime | None = None,
     from_phases: Collection[str] | None = None,
+    locked: bool = False,
     **fields: Any,
 ) -> Job:
     """Move ``job`` to ``phase`` (locking its row), record an event and queue after-commit effects.
@@ -108,9 +109,11 @@ def job_transition(
     Raises ``InvalidTransition`` if the state machine forbids it, or if ``from_phases`` is given and the job is in
     none of them (a caller that decided on what it read earlier: a job cancelled since is not queued again). A call
     that changes neither phase, status nor reason only refreshes message/position and writes no event.
+    ``locked``: ``job`` is as ``job_locked`` or a transition of the caller's transaction returned it (its row locked
+    since, so as it is): it is not read again, and it is the job changed.
     """
     now = now or timezone.now()
-    current = JOB_LOCKED.get(pk=job.pk)
+    current = job if locked else JOB_LOCKED.get(pk=job.pk)
     if from_phases is not None and current.phase not in from_phases:
         raise InvalidTransition(current.phase, phase)
     check_transition(current.phase, phase)
@@ -185,6 +188,12 @@ def job_transition(
     for f in Job._meta.concrete_fields:  # the caller's instance shows the new state too
         setattr(job, f.attname, getattr(current, f.attname))
     return current
+
+
+def job_locked(*, job_id: int) -> Job:
+    """The job (with its current attempt) as it is, its row locked until the caller's transaction ends: for a
+    transition of it with ``locked=True``, which then reads it no more."""
+    return JOB_LOCKED.get(pk=job_id)
 
 
 def _column_values(job: Job) -> dict[str, Any]:

@@ -163,3 +163,25 @@ def test_positions_follow_the_queue_order_whether_read_alone_or_together(submit,
     everyone = [*(j.pk for j in jobs), waiting.pk]
     assert selectors.queue_positions(everyone) == expected
     assert {pk: selectors.queue_positions([pk]).get(pk) for pk in everyone} == {**expected, waiting.pk: None}
+
+
+def test_an_admission_reads_its_job_once(submit, world):
+    """A job admitted by a pass is read by its id once, locked, whether it was still SUBMITTED (queued, then
+    admitted: two transitions, two events) or already PENDING; the trail is as before."""
+    from jobs.models import GroupQuota
+
+    GroupQuota.objects.filter(group=world.groups["phusers"], resource="gpu").update(quota=64, user_quota=64)
+    waiting = submit("pan", "cpu-tiny", name="pending")
+    Job.objects.filter(pk=waiting.pk).update(phase=Phase.PENDING, status="Pending", reason="Queued")
+    fresh = submit("lin", "cpu-tiny", name="submitted")
+    with CaptureQueriesContext(connection) as queries:
+        schedule_pass()
+    for job in (waiting, fresh):
+        by_id = [q["sql"] for q in queries
+                 if q["sql"].startswith('SELECT "jobs_job"."id"') and f'"jobs_job"."id" = {job.pk}' in q["sql"]]
+        assert len(by_id) == 1 and "FOR " in by_id[0], by_id
+        assert Job.objects.get(pk=job.pk).phase == Phase.PREPARING
+    assert list(JobEvent.objects.filter(job=fresh).order_by("id").values_list("reason", flat=True))[-2:] == [
+        "Queued", "Admitted"]
+    assert list(JobEvent.objects.filter(job=waiting).order_by("id").values_list("reason", flat=True))[-1:] == [
+        "Admitted"]
