@@ -36,6 +36,9 @@ from django.conf import settings  # noqa: E402
 from scheduler.backend_factory import local_backend  # noqa: E402
 from scheduler.values import LaunchReplica, LaunchSpec  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_cpu import speed_line  # noqa: E402
+
 GIB = 1 << 30
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 GOAL_MS = 40.0  # a job's whole life (issue 27): the launch is one part of it
@@ -106,6 +109,7 @@ def main() -> None:
     group = cgroup()
     print(f"load before {os.getloadavg()}  cpus {os.cpu_count()}  uid {os.geteuid()}  "
           f"cgroup {group or 'none (scheduler share only)'}   goal: a job's whole life <= {GOAL_MS:.0f} ms CPU")
+    print(speed_line())
     root = Path(tempfile.mkdtemp(prefix="jobsite-bench-launch-cpu-"))
     try:
         for launcher in (True, False):

@@ -97,3 +97,25 @@ def cpu_split_by_label(pids: list[int]) -> dict[str, tuple[float, float]]:
         totals[name] = (own + (int(fields[11]) + int(fields[12])) / TICKS,
                         reaped + (int(fields[13]) + int(fields[14])) / TICKS)
     return totals
+
+
+def speed_probe(rounds: int = 3) -> float:
+    """This machine's speed now: the CPU milliseconds (the least of ``rounds``) a fixed piece of pure Python takes,
+    a million additions in a loop. Printed beside a benchmark's figures: the load average says how busy the machine
+    is, this how fast its CPU runs for one process (a shared host's varies from day to day by 2x and more). Ratios
+    measured in one run (against Slurm, before/after alternating) hold whatever it says; absolute figures compare
+    only between runs with a like probe."""
+    import time
+
+    best = float("inf")
+    for _ in range(rounds):
+        began = time.process_time()
+        total = 0
+        for n in range(1_000_000):
+            total += n
+        best = min(best, time.process_time() - began)
+    return best * 1000
+
+
+def speed_line() -> str:
+    return f"machine speed: a million additions in {speed_probe():.0f} ms of CPU (less is faster)"

@@ -45,7 +45,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from chaos_topology import free_port, request  # noqa: E402  (the HTTP call the chaos run makes too)
 from page_watchers import Watchers, session_cookie  # noqa: E402  (bench/)
-from proc_cpu import cpu_by_label, cpu_seconds, machine_busy_seconds, session_pids  # noqa: E402  (bench/)
+from proc_cpu import (  # noqa: E402  (bench/)
+    cpu_by_label,
+    cpu_seconds,
+    machine_busy_seconds,
+    session_pids,
+    speed_line,
+)
 
 PG = "postgres://postgres@127.0.0.1:5432"
 USERS = ["bob", "pan", "lin"]
@@ -195,6 +201,7 @@ def main() -> None:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         all_pids = session_pids(proc.pid) if proc is not None else web_pids
+        speed = speed_line()
         load_before = os.getloadavg()
         cpu_before = (cpu_seconds(web_pids), cpu_seconds(all_pids))
         by_label_before = cpu_by_label(all_pids)
@@ -249,6 +256,7 @@ def main() -> None:
           + ("" if calls is None else f", {calls / sent:.1f} statements a submit (pg_stat_statements)"))
     print(f"load average (1/5/15 min): before {'/'.join(f'{x:.1f}' for x in load_before)}, after "
           f"{'/'.join(f'{x:.1f}' for x in load_after)}, on {os.cpu_count()} CPUs")
+    print(f"{speed} (before the submits)")
     print(f"peak PostgreSQL connections: web processes ({len(web_pids)}) {peak_web}; "
           f"all processes on {args.database} {peak_db}")
 

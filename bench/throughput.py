@@ -53,6 +53,7 @@ from proc_cpu import (  # noqa: E402
     cpu_split_by_label,
     machine_busy_seconds,
     session_cpu_seconds,
+    speed_line,
     tree_pids,
 )
 
@@ -387,6 +388,7 @@ def main() -> None:
     configs = [] if missing else [c for c in ("default", "tuned") if args.slurm in (c, "both")]
     names = ["jobsite", *(f"slurm-{c}" for c in configs)]
     load_before = os.getloadavg()
+    speed = speed_line()
     site = Jobsite()
     rates: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
@@ -423,6 +425,7 @@ def main() -> None:
         print(f"jobsite/Slurm ({config:7}) = {ratio:.2f}x   (goal >= {GOAL:.0f}x: {verdict})")
     print(f"load average (1/5/15 min): before {'/'.join(f'{x:.1f}' for x in load_before)}, after "
           f"{'/'.join(f'{x:.1f}' for x in load)}, on {os.cpu_count()} CPUs")
+    print(f"{speed} (before the run)")
 
 
 if __name__ == "__main__":
