@@ -19,21 +19,14 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from . import catchup, channel_auth
-from .live_publisher import GPUS_CHANGED, GROUP_ALL
+from .live_publisher import GPUS_CHANGED, job_channel
 
 log = logging.getLogger(__name__)
 
-JOB_PREFIX = "jobs.job."
 # A web process hands its sockets what changed at most this often (a burst of changes of one job: its last state).
 FLUSH_SECONDS = 0.05
 # The changes a process heard last, for sockets that (re)connect: they catch up from here, not from the database.
 RING_SIZE = 10000  # about 10 MB of rows
-
-
-def job_channel(job_id: int) -> str:
-    """Not a layer group: sockets about one job listen to it at their process's hub, which hears every change
-    (``jobs.all``) and hands them their job's."""
-    return f"{JOB_PREFIX}{job_id}"
 
 
 class Hub:
@@ -52,7 +45,7 @@ class Hub:
         self.pushed: dict[str, set[Any]] = {}  # group → the sockets of it handed their items (``hub_push``)
         self.quieted: set[Any] = set()  # sockets on a shared page (``jobs.live_list``), handed nothing themselves
         self.pages: dict[Any, Any] = {}  # state → ``live_list.ListPage``
-        self.joined: dict[str, int] = {}  # layer group → how many of the listened groups need it
+        self.joined: set[str] = set()  # the layer groups joined: every group a socket of this process listens to
         self.pending: dict[str, dict[int, dict[str, Any]]] = {}
         self.flush_handle: asyncio.TimerHandle | None = None
         self.tasks: list[asyncio.Task] = []
@@ -75,7 +68,7 @@ class Hub:
             for name in sorted(groups):
                 members = self.listeners.setdefault(name, set())
                 if not members:
-                    await self._layer_join(_layer_group(name))
+                    await self._layer_join(name)
                 members.add(consumer)
                 if consumer not in self.quieted:
                     self.pushed.setdefault(name, set()).add(consumer)
@@ -106,14 +99,13 @@ class Hub:
                     del _hubs[self.loop]
 
     async def _layer_join(self, name: str) -> None:
-        self.joined[name] = self.joined.get(name, 0) + 1
-        if self.joined[name] == 1:
-            try:
-                await self.layer.group_add(name, self.channel)
-                self.covered[name] = time.time()
-            except Exception as exc:  # the layer is away: joined again, and the sockets caught up, when it is back
-                log.warning("could not join channel group %s: %r", name, exc)
-                self.watch.lost()
+        self.joined.add(name)
+        try:
+            await self.layer.group_add(name, self.channel)
+            self.covered[name] = time.time()
+        except Exception as exc:  # the layer is away: joined again, and the sockets caught up, when it is back
+            log.warning("could not join channel group %s: %r", name, exc)
+            self.watch.lost()
 
     async def _drop(self, consumer: Any, keep: set[str]) -> None:
         for name in [n for n, members in self.listeners.items() if consumer in members and n not in keep]:
@@ -123,16 +115,12 @@ class Hub:
                 continue
             del self.listeners[name]
             self.pushed.pop(name, None)
-            layer_group = _layer_group(name)
-            self.joined[layer_group] -= 1
-            if self.joined[layer_group]:
-                continue
-            del self.joined[layer_group]
-            self.covered.pop(layer_group, None)
+            self.joined.discard(name)
+            self.covered.pop(name, None)
             try:
-                await self.layer.group_discard(layer_group, self.channel)
+                await self.layer.group_discard(name, self.channel)
             except Exception as exc:  # a disconnect must never fail; group_expiry ends the membership
-                log.warning("could not leave channel group %s: %r", layer_group, exc)
+                log.warning("could not leave channel group %s: %r", name, exc)
 
     def groups(self) -> set[str]:
         """The layer groups this process listens to."""
@@ -182,12 +170,7 @@ class Hub:
         self.frames = {}
         parts: dict[Any, list[dict[int, dict[str, Any]]]] = {}
         for name, members in self.pushed.items():
-            if name.startswith(JOB_PREFIX):
-                job_id = int(name[len(JOB_PREFIX):])
-                item = pending.get(GROUP_ALL, {}).get(job_id)
-                items = {job_id: item} if item else None
-            else:
-                items = pending.get(name)
+            items = pending.get(name)
             if items is None:
                 continue
             for consumer in members:
@@ -206,7 +189,7 @@ class Hub:
     def recent(self, groups: set[str], since: float) -> dict[int, dict[str, Any]] | None:
         """The newest item per job of ``groups`` heard at or after ``since`` (a timestamp), or None if the ring may
         lack some: a group joined later, the ring overflowed since, or the layer is away (then read the database)."""
-        names = {_layer_group(name) for name in groups}
+        names = set(groups)
         if self.watch.gap is not None or any(self.covered.get(name, since + 1) > since for name in names):
             return None
         if len(self.ring) == self.ring.maxlen and self.ring[0][1]["at"] >= since:
@@ -258,10 +241,6 @@ class Hub:
                 del self.reads[key]
         future.set_result(result)
         return result
-
-
-def _layer_group(name: str) -> str:
-    return GROUP_ALL if name.startswith(JOB_PREFIX) else name
 
 
 def newest_items(found: list[dict[int, dict[str, Any]]]) -> dict[int, dict[str, Any]]:

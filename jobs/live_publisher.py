@@ -3,8 +3,9 @@
 ``jobs/_array_row.html``), and sent after commit as one channel-layer message per audience.
 
 Audiences (channel-layer groups):
-  ``jobs.group.<group id>``  the rows of that job group's changed jobs (its members' list, queue and detail pages)
-  ``jobs.all``               every changed row (superusers)
+  ``jobs.group.<group id>``  the rows of that job group's changed jobs (its members' list and queue pages)
+  ``jobs.all``               every changed row (superusers' lists)
+  ``jobs.job.<job id>``      that job's row, and its new GPU readings (its detail page, whoever opens it)
   ``jobs.utilisation``       "something changed", without rows (the utilisation page)
 
 ``publish_job_changes`` is called from the after-commit hooks of ``jobs.services``. It never raises into its caller:
@@ -38,10 +39,16 @@ log = logging.getLogger(__name__)
 GROUP_ALL = "jobs.all"
 UTILISATION = "jobs.utilisation"
 GROUP_PREFIX = "jobs.group."
+JOB_PREFIX = "jobs.job."
 
 
 def group_channel(group_id: int) -> str:
     return f"{GROUP_PREFIX}{group_id}"
+
+
+def job_channel(job_id: int) -> str:
+    """The audience of one job's page: a detail page open hears its job only, not every change of the site."""
+    return f"{JOB_PREFIX}{job_id}"
 
 
 # --- rendering: once per change, the row the list page draws -------------------------------------------------
@@ -72,12 +79,15 @@ def render_rows(job_ids: Iterable[int], heard: set[str] | None = None) -> list[d
     from . import selectors
 
     ids = sorted({int(i) for i in job_ids})
-    shown = _shown_groups(heard)
-    if shown is not None and not shown:
-        return []
+    shown, pages = _shown_groups(heard), _shown_jobs(heard)
+    if shown is not None:
+        ids = [i for i in ids if i in pages] if not shown else ids
+        if not ids:
+            return []
     template = get_template("jobs/_job_row.html")
     jobs = in_parts(ids, lambda part: ROWS.all(ids=part))
-    jobs = selectors.with_queue_positions([job for job in jobs if shown is None or job.group_id in shown])
+    jobs = selectors.with_queue_positions([job for job in jobs
+                                           if shown is None or job.group_id in shown or job.pk in pages])
     at = time.time()
     items = [{"id": job.pk, "group_id": job.group_id, "phase": job.phase, "at": at,
               "row": template.render({"job": job}).strip()} for job in jobs if not job.array_id]
@@ -110,13 +120,22 @@ def _shown_groups(heard: set[str] | None) -> set[int] | None:
     return {int(i) for i in ids if i.isdigit()}
 
 
+def _shown_jobs(heard: set[str] | None) -> set[int]:
+    """The jobs whose own page (``job_channel``) is open, of the audiences ``heard``."""
+    ids = (name.removeprefix(JOB_PREFIX) for name in heard or () if name.startswith(JOB_PREFIX))
+    return {int(i) for i in ids if i.isdigit()}
+
+
 def change_messages(items: list[dict[str, Any]], heard: set[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """One ``jobs.changed`` message per audience: each job group with its jobs' rows, superusers with all of them,
-    and the utilisation page (no rows: "something changed"); only to the audiences ``heard`` (None: to all)."""
+    each job's own page with its row, and the utilisation page (no rows: "something changed"); only to the
+    audiences ``heard`` (None: to all)."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for item in items:
         by_group.setdefault(group_channel(item["group_id"]), []).append(item)
     sends = [(name, rows) for name, rows in by_group.items()] + ([(GROUP_ALL, items)] if items else [])
+    sends += [(job_channel(item["id"]), [item]) for item in items
+              if heard is None or job_channel(item["id"]) in heard]
     sends.append((UTILISATION, []))
     if heard is not None:
         sends = [(name, rows) for name, rows in sends if name in heard]
@@ -146,15 +165,16 @@ GPUS_CHANGED = "jobs.gpus"
 
 
 def publish_gpu_changes(job_ids: Iterable[int]) -> None:
-    """Tell the detail pages of these jobs that new GPU readings were stored: one small message (ids, no rows) to
-    ``jobs.all`` for the sampling round; each page draws its chart itself (``jobs.live_detail``). Never raises."""
+    """Tell the detail pages of these jobs that new GPU readings were stored: one small message (its id, no row) to
+    each job's page for the sampling round; each page draws its chart itself (``jobs.live_detail``). Never raises."""
     try:
         layer = get_channel_layer()
         if layer is None:
             return
         at = time.time()
-        sends = [(GROUP_ALL, channel_auth.sign({"type": GPUS_CHANGED, "group": GROUP_ALL,
-                                                "items": [{"id": int(i), "at": at} for i in job_ids]}))]
+        sends = [(job_channel(i), channel_auth.sign({"type": GPUS_CHANGED, "group": job_channel(i),
+                                                     "items": [{"id": i, "at": at}]}))
+                 for i in sorted({int(i) for i in job_ids})]
         if isinstance(layer, InMemoryChannelLayer):
             _dispatch(sends)
             return

@@ -71,17 +71,20 @@ async def test_the_utilisation_page_alone_hears_of_a_change_without_rows(private
     assert 'hx-get="/utilisation/"' in frame
 
 
-async def test_a_detail_page_hears_every_job_through_its_hub(private_redis, ws, world, submit):
+async def test_a_detail_page_hears_its_own_job_and_no_other_is_rendered(private_redis, ws, world, submit):
     job = await db(submit, "bob", name="followed")
     assert await db(live_publisher.flush, REDIS_DEADLINE)
     detail, connected = await ws(f"/ws/jobs/{job.pk}/?after=0", world.users["bob"])
     assert connected
-    await until_heard(lambda heard: live_publisher.GROUP_ALL in heard)
+    mine = live_publisher.job_channel(job.pk)
+    assert await until_heard(lambda heard: mine in heard) == {mine}
+    assert live_hub._hubs[asyncio.get_running_loop()].groups() == {mine}
+    rendered, unheard = await published(lambda: submit("bob", name="beside-it"))  # its group, not its page
+    assert (rendered, unheard) == (0, 0)
     rendered, _ = await published(lambda: pending(job, 1, "GroupQuota", "now pending"))
     assert rendered == 1
     frames = await frames_until(detail, lambda f: ">Pending</span>" in f)
     assert frames
-    assert live_hub._hubs[asyncio.get_running_loop()].groups() == {live_publisher.GROUP_ALL}
 
 
 async def test_an_audience_replaced_leaves_no_connection_open(private_redis):

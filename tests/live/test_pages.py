@@ -93,10 +93,12 @@ def test_publish_is_after_commit(submit, django_capture_on_commit_callbacks, mon
     assert sent == []  # nothing before commit
     for callback in callbacks:
         callback()
-    # One message per audience (the job's group, superusers, utilisation), however many sockets listen.
-    assert [g for g, _ in sent] == [f"jobs.group.{job.group_id}", "jobs.all", "jobs.utilisation"]
+    # One message per audience (the job's group, superusers, its page, utilisation), however many sockets listen.
+    assert [g for g, _ in sent] == [f"jobs.group.{job.group_id}", "jobs.all", f"jobs.job.{job.pk}",
+                                    "jobs.utilisation"]
     assert [item["id"] for item in sent[0][1]["items"]] == [job.pk]
-    assert sent[2][1]["items"] == []
+    assert [item["id"] for item in sent[2][1]["items"]] == [job.pk]
+    assert sent[3][1]["items"] == []
 
 
 # --- the job list -------------------------------------------------------------------------------------------
