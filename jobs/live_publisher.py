@@ -80,10 +80,10 @@ def render_rows(job_ids: Iterable[int], heard: set[str] | None = None) -> list[d
 
     ids = sorted({int(i) for i in job_ids})
     shown, pages = _shown_groups(heard), _shown_jobs(heard)
-    if shown is not None:
-        ids = [i for i in ids if i in pages] if not shown else ids
-        if not ids:
-            return []
+    if shown is not None and not shown:  # no list open: the jobs whose own page is, if any
+        ids = [i for i in ids if i in pages]
+    if not ids:
+        return []
     template = get_template("jobs/_job_row.html")
     jobs = in_parts(ids, lambda part: ROWS.all(ids=part))
     jobs = selectors.with_queue_positions([job for job in jobs
