@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -105,8 +106,6 @@ def speed_probe(rounds: int = 3) -> float:
     is, this how fast its CPU runs for one process (a shared host's varies from day to day by 2x and more). Ratios
     measured in one run (against Slurm, before/after alternating) hold whatever it says; absolute figures compare
     only between runs with a like probe."""
-    import time
-
     best = float("inf")
     for _ in range(rounds):
         began = time.process_time()

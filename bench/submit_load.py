@@ -111,8 +111,8 @@ def listening_pids(port: int) -> list[int]:
 
 def pg_connections_of(pids: list[int]) -> int:
     """The established TCP connections to port 5432 the processes hold: their sockets' inodes (their fds), found in
-    the kernel's tables. Read here, not by ``ss -p`` (a program started 20 times a second, which read every process's
-    fds: 1.7 ms of the machine's CPU a submit counted as the topology's, and CPU taken from it)."""
+    the kernel's tables. Read here, not by ``ss -p``: a program started 20 times a second that read every process's
+    fds, its CPU counted in the machine's as the topology's."""
     inodes = set()
     for pid in pids:
         try:

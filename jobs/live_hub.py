@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, KeysView
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -45,7 +45,6 @@ class Hub:
         self.pushed: dict[str, set[Any]] = {}  # group → the sockets of it handed their items (``hub_push``)
         self.quieted: set[Any] = set()  # sockets on a shared page (``jobs.live_list``), handed nothing themselves
         self.pages: dict[Any, Any] = {}  # state → ``live_list.ListPage``
-        self.joined: set[str] = set()  # the layer groups joined: every group a socket of this process listens to
         self.pending: dict[str, dict[int, dict[str, Any]]] = {}
         self.flush_handle: asyncio.TimerHandle | None = None
         self.tasks: list[asyncio.Task] = []
@@ -98,8 +97,12 @@ class Hub:
                 if _hubs.get(self.loop) is self:
                     del _hubs[self.loop]
 
+    @property
+    def joined(self) -> KeysView[str]:
+        """The layer groups joined: every group a socket of this process listens to."""
+        return self.listeners.keys()
+
     async def _layer_join(self, name: str) -> None:
-        self.joined.add(name)
         try:
             await self.layer.group_add(name, self.channel)
             self.covered[name] = time.time()
@@ -115,7 +118,6 @@ class Hub:
                 continue
             del self.listeners[name]
             self.pushed.pop(name, None)
-            self.joined.discard(name)
             self.covered.pop(name, None)
             try:
                 await self.layer.group_discard(name, self.channel)

@@ -134,8 +134,7 @@ def change_messages(items: list[dict[str, Any]], heard: set[str] | None = None) 
     for item in items:
         by_group.setdefault(group_channel(item["group_id"]), []).append(item)
     sends = [(name, rows) for name, rows in by_group.items()] + ([(GROUP_ALL, items)] if items else [])
-    sends += [(job_channel(item["id"]), [item]) for item in items
-              if heard is None or job_channel(item["id"]) in heard]
+    sends += [(job_channel(item["id"]), [item]) for item in items]
     sends.append((UTILISATION, []))
     if heard is not None:
         sends = [(name, rows) for name, rows in sends if name in heard]
@@ -178,7 +177,8 @@ def publish_gpu_changes(job_ids: Iterable[int]) -> None:
         if isinstance(layer, InMemoryChannelLayer):
             _dispatch(sends)
             return
-        future = asyncio.run_coroutine_threadsafe(_send_all(layer, sends), _publisher().loop)
+        publisher = _publisher()
+        future = asyncio.run_coroutine_threadsafe(publisher.send_heard(layer, sends), publisher.loop)
         future.add_done_callback(_log_failure)
     except Exception:  # as publish_job_changes: never into the caller
         log.exception("could not publish the GPU readings of jobs %s", job_ids)
@@ -296,6 +296,12 @@ class _Publisher:
                     self.resend.sent()
                 except Exception as exc:  # the channel layer: sent again later
                     log.error("could not publish job changes: %r (%s)", exc, self.resend.failed(ids))
+
+    async def send_heard(self, layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
+        """Send to the audiences of ``sends`` some page listens to now (a sampling round's GPU readings: one
+        message a running job, most of whose pages are not open)."""
+        heard = await self._heard(layer)
+        await _send_all(layer, [(name, message) for name, message in sends if heard is None or name in heard])
 
     async def _heard(self, layer: Any) -> set[str] | None:
         """The audiences some page listens to now (``live_audience``), asked of ``layer``'s Redis."""

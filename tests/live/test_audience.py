@@ -100,3 +100,26 @@ async def test_an_audience_replaced_leaves_no_connection_open(private_redis):
     while admin.info("clients")["connected_clients"] != before:
         assert time.monotonic() < deadline, "the audience's connection stayed open"
         await asyncio.sleep(0.02)
+
+
+async def test_gpu_readings_go_only_to_the_detail_pages_open(private_redis, ws, world, submit, monkeypatch):
+    followed, other = await db(submit, "bob", name="followed"), await db(submit, "bob", name="not-followed")
+    assert await db(live_publisher.flush, REDIS_DEADLINE)
+    detail, connected = await ws(f"/ws/jobs/{followed.pk}/?after=0", world.users["bob"])
+    assert connected
+    mine = live_publisher.job_channel(followed.pk)
+    await until_heard(lambda heard: mine in heard)
+    sent: list[list[str]] = []
+    send_all = live_publisher._send_all
+
+    async def recorded(layer, sends):
+        sent.append([name for name, _ in sends])
+        await send_all(layer, sends)
+
+    monkeypatch.setattr(live_publisher, "_send_all", recorded)
+    live_publisher.publish_gpu_changes([followed.pk, other.pk])
+    deadline = time.monotonic() + REDIS_DEADLINE
+    while not sent:
+        assert time.monotonic() < deadline, "the readings were never sent"
+        await asyncio.sleep(0.02)
+    assert sent == [[mine]]  # one message a running job, to the pages heard only

@@ -190,13 +190,13 @@ def _holds_fields(field: serializers.Field) -> bool:
 _in_thread = threading.local()
 
 
-def _kept(serializer_class: type[serializers.BaseSerializer], **kwargs: Any) -> serializers.BaseSerializer:
-    """The serializer of ``serializer_class`` this thread keeps, made with ``kwargs`` the first time; what a call
-    left in it (its data, its validated data, its errors) is dropped."""
+def _kept(serializer_class: type[serializers.BaseSerializer]) -> serializers.BaseSerializer:
+    """The serializer of ``serializer_class`` this thread keeps (made bare: the caller sets what it works on); what
+    a call left in it (its data, its validated data, its errors) is dropped."""
     kept = _in_thread.__dict__.setdefault("serializers", {})
     serializer = kept.get(serializer_class)
     if serializer is None:
-        serializer = kept[serializer_class] = serializer_class(**kwargs)
+        serializer = kept[serializer_class] = serializer_class()
     for left in ("_data", "_validated_data", "_errors"):
         serializer.__dict__.pop(left, None)
     return serializer
@@ -209,7 +209,7 @@ def represented(serializer_class: type[serializers.BaseSerializer], instance: An
     to the next. For serializers whose fields keep nothing of a representation or a validation (DRF's own, and
     this project's: a method field reads its object and the context when called). Building the fields of a job's
     detail and of its attempts for each answer took 7–9 % of a web process's samples in the submit benchmark."""
-    serializer = _kept(serializer_class, instance=instance, context=context)
+    serializer = _kept(serializer_class)
     serializer.instance, serializer._context = instance, context
     return serializer.data
 
@@ -217,7 +217,7 @@ def represented(serializer_class: type[serializers.BaseSerializer], instance: An
 def validated(serializer_class: type[serializers.BaseSerializer], data: Any) -> dict[str, Any]:
     """``serializer_class(data=data)``'s validated data, or its ``ValidationError``, by one serializer of that
     class kept per thread (as ``represented``)."""
-    serializer = _kept(serializer_class, data=data)
+    serializer = _kept(serializer_class)
     serializer.initial_data = data
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
