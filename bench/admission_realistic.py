@@ -10,13 +10,16 @@ low-priority ones of its second user, one of those over the group's quota). The 
 the groups, are of four users: the first two at their quota (they wait for it), the others at low, normal and
 high priority, one in four preemptible. For each size it prints a steady pass (nothing changed since the last
 one, so it reuses the last decision: ``scheduler.carry``): the median CPU seconds of this process, the wall time,
-the queries and the load average; and, for reference, a fresh pass (one after any change); then the curve.
+the queries and the load average; and, for reference, a fresh pass (one after any change); then the curve. The
+process's collector is settled as the scheduler process's is (``jobsite.process_memory``; ``--collector-defaults``:
+the interpreter's defaults, as the scheduler process ran before).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import os
 import pstats
 import statistics
@@ -41,6 +44,7 @@ from django.utils import timezone  # noqa: E402
 
 from jobs.choices import Phase, Priority, Resource  # noqa: E402
 from jobs.models import Attempt, Group, GroupQuota, Image, InstanceType, Job  # noqa: E402
+from jobsite import process_memory  # noqa: E402
 from scheduler.carry import pass_memory_reset  # noqa: E402
 from scheduler.passes import schedule_pass  # noqa: E402
 from scheduler.values import Node  # noqa: E402
@@ -146,10 +150,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,5000,20000,50000", help="pending jobs, comma-separated")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one more steady pass")
+    parser.add_argument("--collector-defaults", action="store_true",
+                        help="leave the cyclic collector as the interpreter sets it (the scheduler process settles it)")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         raise SystemExit("Point DATABASE_URL at a PostgreSQL database made for this benchmark.")
     call_command("migrate", verbosity=0)
+    if not args.collector_defaults:
+        process_memory.settle()  # as the scheduler process does before it schedules
+    print(f"collector: {'the interpreter defaults' if args.collector_defaults else 'settled'} "
+          f"(threshold {gc.get_threshold()}, {gc.get_freeze_count():,} objects frozen)", flush=True)
     curve = []
     for size in (int(s) for s in args.sizes.split(",")):
         backend = fill(size)

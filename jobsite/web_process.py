@@ -3,28 +3,23 @@ sends it to each of ``jobsite.serve_web``'s processes) and the embedded server's
 
 - Every view, serializer and template tag module is imported now (the URL patterns resolved), not by the first
   requests.
-- The objects the process holds from then on (modules, classes, settings, URL patterns: about 110,000) are moved
-  out of the cyclic collector's reach (``gc.freeze``): a full collection walked them all each time. Measured on a
-  web process under 50 back-to-back submitters: full collections of 100–216 ms (wall, the process's requests all
-  waiting), about one every 1.5 s; the requests in hand at that moment made most of a submit's p95.
-- The youngest generation is collected every ``GC_THRESHOLD[0]`` allocations instead of 700: a request allocates a
-  few thousand objects, most freed by their count alone, so the collector ran several times a request for little.
+- Its memory is settled (``jobsite.process_memory.settle``): what it holds from then on (modules, classes,
+  settings, URL patterns: about 110,000 objects) out of the cyclic collector's reach, the youngest generation
+  collected less often. Measured on a web process under 50 back-to-back submitters: full collections of 100–216 ms
+  (wall, the process's requests all waiting), about one every 1.5 s; the requests in hand at that moment made most
+  of a submit's p95.
 """
 
 from __future__ import annotations
 
-import gc
-
-GC_THRESHOLD = (5000, 10, 10)
+from jobsite import process_memory
 
 
 def prepare() -> None:
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018  (resolving them imports every view)
-    gc.collect()  # what is garbage now is not frozen with the rest
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
+    process_memory.settle()
 
 
 async def lifespan(scope, receive, send) -> None:

@@ -35,7 +35,7 @@ PROCESS = textwrap.dedent("""
 
 
 def test_a_web_process_at_startup_imports_its_views_and_freezes_what_it_holds():
-    from jobsite.web_process import GC_THRESHOLD
+    from jobsite.process_memory import GC_THRESHOLD
 
     out = subprocess.run([sys.executable, "-c", PROCESS], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "jobsite.settings"})
