@@ -49,6 +49,9 @@ from scheduler.carry import pass_memory_reset  # noqa: E402
 from scheduler.passes import schedule_pass  # noqa: E402
 from scheduler.values import Node  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_cpu import speed_line  # noqa: E402
+
 GROUPS = 1000
 CPU_GOAL_S = 0.1
 QUERY_GOAL = 10
@@ -158,6 +161,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     if not args.collector_defaults:
         process_memory.settle()  # as the scheduler process does before it schedules
+    print(speed_line(), flush=True)
     print(f"collector: {'the interpreter defaults' if args.collector_defaults else 'settled'} "
           f"(threshold {gc.get_threshold()}, {gc.get_freeze_count():,} objects frozen)", flush=True)
     curve = []

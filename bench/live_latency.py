@@ -347,6 +347,9 @@ def main() -> None:
                    "--seconds", str(args.seconds), "--client-processes", str(args.client_processes),
                    "--settle", str(args.settle), "--writers", str(args.writers), "--server-log", args.server_log,
                    "--web-workers", str(args.web_workers), "--py-spy", args.py_spy]
+        from proc_cpu import speed_line
+
+        print(f"[load] {speed_line()} (before the run)", flush=True)
         subprocess.run(command, env=env, cwd=ROOT, check=True)
         return
     if args.clients_of:

@@ -25,6 +25,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_cpu import speed_line  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_WARM_SECONDS = 3.0
 DEADLINE_SECONDS = 600
@@ -100,6 +103,7 @@ def main() -> None:
             verdict = "ok" if worst <= GOAL_WARM_SECONDS else "MISSED"
             print(f"warm start: median {sorted(warm)[len(warm) // 2]:.2f} s, worst {worst:.2f} s "
                   f"(goal ≤ {GOAL_WARM_SECONDS:.0f} s: {verdict}); load now {os.getloadavg()[0]:.2f}")
+            print(speed_line())
 
 
 if __name__ == "__main__":
