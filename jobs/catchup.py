@@ -54,7 +54,7 @@ _drawn: dict[int, tuple[tuple[Any, ...], float, str]] = {}  # job id → (its st
 
 
 class LayerWatch:
-    """The link of one hub (``live_hub.Hub``: ``layer``, ``channel``, ``joined``, ``listeners``) to the layer.
+    """The link of one hub (``live_hub.Hub``: ``layer``, ``channel``, ``listeners``: the groups it joins) to the layer.
     ``run`` is one of the hub's tasks; the hub hands it every authentic message of type ``PING`` (``pong``)."""
 
     def __init__(self, hub: Any) -> None:
@@ -117,7 +117,7 @@ class LayerWatch:
 
     async def rejoin(self) -> bool:
         """Join the hub's layer groups again (idempotent); False if one could not be joined."""
-        for name in list(self.hub.joined):
+        for name in list(self.hub.listeners):
             try:
                 await self.hub.layer.group_add(name, self.hub.channel)
             except Exception as exc:
@@ -129,7 +129,7 @@ class LayerWatch:
         if not await self.rejoin():
             return  # still away: the gap stays open
         gap, self.gap = self.gap, None
-        self.hub.covered = dict.fromkeys(self.hub.joined, time.time())  # what the ring holds from before is partial
+        self.hub.covered = dict.fromkeys(self.hub.listeners, time.time())  # what the ring holds from before is partial
         self.outages += 1
         since = datetime.fromtimestamp(gap, UTC)
         sockets = {consumer for members in list(self.hub.listeners.values()) for consumer in members}

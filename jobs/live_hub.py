@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, KeysView
+from collections.abc import Iterable
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -97,11 +97,6 @@ class Hub:
                 if _hubs.get(self.loop) is self:
                     del _hubs[self.loop]
 
-    @property
-    def joined(self) -> KeysView[str]:
-        """The layer groups joined: every group a socket of this process listens to."""
-        return self.listeners.keys()
-
     async def _layer_join(self, name: str) -> None:
         try:
             await self.layer.group_add(name, self.channel)
@@ -125,8 +120,8 @@ class Hub:
                 log.warning("could not leave channel group %s: %r", name, exc)
 
     def groups(self) -> set[str]:
-        """The layer groups this process listens to."""
-        return set(self.joined)
+        """The layer groups this process listens to (it joins each group a socket of it listens to)."""
+        return set(self.listeners)
 
     async def _receive(self) -> None:
         while True:
@@ -143,10 +138,10 @@ class Hub:
             if self.watch.pong(message):
                 continue
             group = message.get("group")
-            if message.get("type") == GPUS_CHANGED and group in self.joined:
+            if message.get("type") == GPUS_CHANGED and group in self.listeners:
                 self._gpus_changed(message.get("items", ()))
                 continue
-            if message.get("type") != "jobs.changed" or group not in self.joined:
+            if message.get("type") != "jobs.changed" or group not in self.listeners:
                 continue
             bucket = self.pending.setdefault(group, {})
             for item in message.get("items", ()):
@@ -191,14 +186,13 @@ class Hub:
     def recent(self, groups: set[str], since: float) -> dict[int, dict[str, Any]] | None:
         """The newest item per job of ``groups`` heard at or after ``since`` (a timestamp), or None if the ring may
         lack some: a group joined later, the ring overflowed since, or the layer is away (then read the database)."""
-        names = set(groups)
-        if self.watch.gap is not None or any(self.covered.get(name, since + 1) > since for name in names):
+        if self.watch.gap is not None or any(self.covered.get(name, since + 1) > since for name in groups):
             return None
         if len(self.ring) == self.ring.maxlen and self.ring[0][1]["at"] >= since:
             return None
         items: dict[int, dict[str, Any]] = {}
         for group, item in self.ring:
-            if group in names and item["at"] >= since and item["at"] >= items.get(item["id"], item)["at"]:
+            if group in groups and item["at"] >= since and item["at"] >= items.get(item["id"], item)["at"]:
                 items[item["id"]] = item
         return items
 

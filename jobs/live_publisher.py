@@ -116,13 +116,16 @@ def _shown_groups(heard: set[str] | None) -> set[int] | None:
     """The job groups whose rows some page shows, of the audiences ``heard`` (None: all of them)."""
     if heard is None or GROUP_ALL in heard:
         return None
-    ids = (name.removeprefix(GROUP_PREFIX) for name in heard if name.startswith(GROUP_PREFIX))
-    return {int(i) for i in ids if i.isdigit()}
+    return _ids_heard(heard, GROUP_PREFIX)
 
 
 def _shown_jobs(heard: set[str] | None) -> set[int]:
     """The jobs whose own page (``job_channel``) is open, of the audiences ``heard``."""
-    ids = (name.removeprefix(JOB_PREFIX) for name in heard or () if name.startswith(JOB_PREFIX))
+    return _ids_heard(heard or (), JOB_PREFIX)
+
+
+def _ids_heard(heard: Iterable[str], prefix: str) -> set[int]:
+    ids = (name.removeprefix(prefix) for name in heard if name.startswith(prefix))
     return {int(i) for i in ids if i.isdigit()}
 
 
@@ -136,8 +139,7 @@ def change_messages(items: list[dict[str, Any]], heard: set[str] | None = None) 
     sends = [(name, rows) for name, rows in by_group.items()] + ([(GROUP_ALL, items)] if items else [])
     sends += [(job_channel(item["id"]), [item]) for item in items]
     sends.append((UTILISATION, []))
-    if heard is not None:
-        sends = [(name, rows) for name, rows in sends if name in heard]
+    sends = _heard_only(sends, heard)
     # Signed (jobs.channel_auth): the hubs drop whatever else arrives on their channel.
     return [(name, channel_auth.sign({"type": "jobs.changed", "group": name, "items": rows})) for name, rows in sends]
 
@@ -193,6 +195,11 @@ def register_consumer_loop() -> None:
     """Called by the consumers when a socket connects: the loop the in-memory layer's queues belong to."""
     global _consumer_loop
     _consumer_loop = asyncio.get_running_loop()
+
+
+def _heard_only(sends: list[tuple[str, Any]], heard: set[str] | None) -> list[tuple[str, Any]]:
+    """The sends to the audiences ``heard`` (None: all of them)."""
+    return sends if heard is None else [(name, what) for name, what in sends if name in heard]
 
 
 async def _send_all(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
@@ -301,7 +308,7 @@ class _Publisher:
         """Send to the audiences of ``sends`` some page listens to now (a sampling round's GPU readings: one
         message a running job, most of whose pages are not open)."""
         heard = await self._heard(layer)
-        await _send_all(layer, [(name, message) for name, message in sends if heard is None or name in heard])
+        await _send_all(layer, _heard_only(sends, heard))
 
     async def _heard(self, layer: Any) -> set[str] | None:
         """The audiences some page listens to now (``live_audience``), asked of ``layer``'s Redis."""
